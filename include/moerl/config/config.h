@@ -1,0 +1,62 @@
+#pragma once
+// A run configuration: one TOML file, parsed once into typed sections,
+// validated before any work starts, then read-only.
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "moerl/config/config_error.h"
+#include "moerl/config/sections.h"
+
+namespace moerl::config {
+
+// Where each "section.key" was set: file and line, or the --set option.
+struct KeyOrigin {
+  std::string source;
+  int line = 0;
+};
+
+struct Config {
+  RunSection run;
+  ClusterSection cluster;
+  ModelSection model;
+  MoeSection moe;
+  TelemetrySection telemetry;
+  FaultsSection faults;
+
+  std::string source_path;                   // the file it was loaded from ("" for defaults)
+  std::map<std::string, KeyOrigin> origins;  // only keys that were set explicitly
+
+  // A ConfigIssue for `key` located where the key was set (or at the file).
+  ConfigIssue issue(const std::string& key, const std::string& message) const;
+  // The run directory: run.output_dir/run.name.
+  std::string run_directory() const;
+};
+
+// Parses and validates. `overrides` are "section.key=value" strings from
+// --set; values are TOML literals, and bare words are taken as strings.
+// Throws ConfigError listing every problem found.
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load_config_text(const std::string& text, const std::string& source_name,
+                        const std::vector<std::string>& overrides = {});
+
+// Checks that need the MPI world: the [cluster] rank counts must add up to it.
+void check_world_size(const Config& config, int world_size);
+
+// The resolved configuration, every key with its value (defaults included),
+// as TOML that load_config_text reads back to an equal Config.
+std::string to_toml(const Config& config);
+
+// A hash of every resolved value (not of the file's text): ranks compare it
+// to prove they run the same configuration.
+std::uint64_t config_fingerprint(const Config& config);
+
+// Markdown table of every section and key: type, default, range, meaning.
+std::string reference_markdown();
+
+// "actors" for "actros"; "" when nothing is close.
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+
+}  // namespace moerl::config

@@ -1,0 +1,85 @@
+#pragma once
+// The typed, immutable-after-load sections of a run configuration. Defaults
+// here are the documented defaults; the schema in src/config/schema_*.cpp
+// binds each member to its TOML key, documentation and valid range, and
+// `moerl config reference` prints that table (docs/config.md is generated
+// from it).
+
+#include <cstdint>
+#include <string>
+
+namespace moerl::config {
+
+// [run]: identity and placement of one run.
+struct RunSection {
+  std::string name = "moerl";        // run name; the run directory is output_dir/name
+  std::string output_dir = "runs";   // where run directories are created
+  std::int64_t seed = 1;             // global seed; every rank derives its own from it
+  bool deterministic = false;        // trade speed for bitwise reproducibility
+};
+
+// [cluster]: how many ranks take each role. Ranks are laid out in this order:
+// learners [0, L), actors [L, L+A), env workers [L+A, L+A+E), standby actors
+// after them. The sum must equal the MPI world size.
+struct ClusterSection {
+  std::int64_t learners = 1;
+  std::int64_t actors = 1;
+  std::int64_t env_workers = 1;
+  std::int64_t standby_actors = 0;
+  std::int64_t threads_per_rank = 0;     // compute threads; 0 = cores / ranks on this host
+  double message_timeout_s = 60.0;       // longest wait for any expected message
+  double shutdown_timeout_s = 10.0;      // how long a clean stop may take before abort
+};
+
+// [model]: the decoder-only transformer. Sizes default to a small model that
+// trains on a CPU.
+struct ModelSection {
+  std::int64_t vocab_size = 264;        // byte tokenizer: 256 bytes + 8 special tokens
+  std::int64_t d_model = 128;
+  std::int64_t num_layers = 2;
+  std::int64_t num_heads = 4;
+  std::int64_t num_kv_heads = 2;        // grouped-query attention; divides num_heads
+  std::int64_t d_ff = 256;              // SwiGLU hidden size of dense layers
+  std::int64_t max_seq_len = 1024;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-6;
+  bool tie_embeddings = false;
+  double init_std = 0.02;
+};
+
+enum class RouterMode { SoftmaxThenTopK, TopKThenSoftmax };
+
+// [moe]: the mixture-of-experts feed-forward layers.
+struct MoeSection {
+  bool enabled = true;                  // false: every layer is a dense SwiGLU
+  std::int64_t num_experts = 8;         // routed experts per MoE layer
+  std::int64_t top_k = 2;               // experts active per token
+  std::int64_t d_expert = 128;          // SwiGLU hidden size of one expert
+  std::int64_t shared_experts = 0;      // always-active experts added to the routed ones
+  std::int64_t first_dense_layers = 0;  // leading layers that stay dense
+  RouterMode router = RouterMode::SoftmaxThenTopK;
+  bool renormalize = true;              // gates over the chosen k sum to 1
+  double aux_loss_weight = 0.01;        // Switch/GShard load-balancing loss
+  double z_loss_weight = 0.001;         // router z-loss
+  double capacity_factor = 0.0;         // 0 = dropless; else per-expert capacity factor
+  std::int64_t block_size = 1;          // pad each expert's segment to a multiple of this
+};
+
+enum class LogLevel { Trace, Debug, Info, Warn, Error };
+
+// [telemetry]: logs and metrics.
+struct TelemetrySection {
+  LogLevel log_level = LogLevel::Info;
+  bool per_rank_log_files = false;       // also write <run dir>/logs/rank-N.log
+  std::string metrics_file = "metrics.jsonl";  // JSON lines, one per step, in the run dir
+  double metrics_interval_s = 5.0;       // how often ranks report metrics to learner 0
+};
+
+// [faults]: deliberate failures, for testing that the job survives or stops
+// cleanly. All off by default; never set them in production configs.
+struct FaultsSection {
+  std::int64_t fail_rank = -1;   // this rank raises a fatal error once roles are assigned
+  std::int64_t hang_rank = -1;   // this rank stops answering messages (it sleeps)
+};
+
+}  // namespace moerl::config

@@ -1,0 +1,64 @@
+#pragma once
+// Causal grouped-query self-attention over a ragged batch.
+//
+// Activations travel through the model *packed*: [T, d_model] holds only the
+// real (non-padding) tokens of all B sequences, in row-major order. Only
+// attention needs the [B, S] view; it scatters q/k/v into it, masks every key
+// that is padding, in the future, or past the sequence's own length, and packs
+// the result again. Padding therefore never reaches attention, the MoE router
+// statistics, or the LM head.
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "moerl/config/sections.h"
+
+namespace moerl::model {
+
+class KVCache;
+
+// Describes one ragged step: row b has lengths[b] >= 1 new tokens at
+// positions past[b] .. past[b] + lengths[b) - 1 of its sequence.
+struct AttentionBatch {
+  std::int64_t batch = 0;      // B
+  std::int64_t max_new = 0;    // S: padded width of the new tokens
+  std::int64_t max_total = 0;  // L: max over rows of past + lengths (key length)
+  std::int64_t tokens = 0;     // T: sum of lengths
+  torch::Tensor token_index;   // [T] int64: b * S + i of each packed token
+  torch::Tensor token_row;     // [T] int64: b of each packed token
+  torch::Tensor positions;     // [T] int64: past[b] + i
+  torch::Tensor allowed;       // [B, 1, 1, S, L] bool: query (b, i) may attend key j
+  torch::Tensor cache_slots;   // [B] int64: KV-cache slot of each row; undefined without cache
+  torch::Tensor token_slots;   // [T] int64: cache slot of each packed token; undefined without cache
+
+  // lengths: new tokens per row (each >= 1, at most max_new); past: cached
+  // positions per row (all 0 without a cache); slots: empty without a cache.
+  static AttentionBatch make(const std::vector<std::int64_t>& lengths,
+                             const std::vector<std::int64_t>& past,
+                             const std::vector<std::int64_t>& slots, std::int64_t max_new,
+                             const torch::Device& device);
+};
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const config::ModelSection& model);
+
+  // x: [T, d_model] packed -> [T, d_model]. With a cache, this layer's new
+  // keys/values are written to it first and all keys are read back from it.
+  torch::Tensor forward(const torch::Tensor& x, const AttentionBatch& batch, KVCache* cache,
+                        std::int64_t layer);
+
+  std::int64_t num_heads;
+  std::int64_t num_kv_heads;
+  std::int64_t head_dim;
+  double rope_theta;
+  torch::nn::Linear q_proj{nullptr};  // weight [num_heads * head_dim, d_model]
+  torch::nn::Linear k_proj{nullptr};  // weight [num_kv_heads * head_dim, d_model]
+  torch::nn::Linear v_proj{nullptr};  // weight [num_kv_heads * head_dim, d_model]
+  torch::nn::Linear o_proj{nullptr};  // weight [d_model, num_heads * head_dim]; residual output
+};
+TORCH_MODULE(Attention);
+
+}  // namespace moerl::model

@@ -1,0 +1,156 @@
+#pragma once
+// Policy: the decoder-only MoE transformer (weights and architecture only;
+// the decode state lives in KVCache).
+//
+//   tokens -> embed_tokens -> N x DecoderLayer -> norm -> lm_head -> logits
+//   DecoderLayer: h = x + self_attn(input_layernorm(x))
+//                 y = h + mlp(post_attention_layernorm(h))
+//   mlp is a dense SwiGLU for layers < moe.first_dense_layers (or every layer
+//   when moe.enabled is false), else the MoE feed-forward.
+//
+// Ragged batches. Inputs are right-padded [B, S] token ids plus the number of
+// real tokens per row; the model computes on the T real tokens only
+// ("packed" order: row by row, position by position) and all per-token
+// outputs (logits, expert indices) are packed [T, ...]. PolicyOutput::unpack
+// lays them out as [B, S, ...] again.
+//
+// Parameter names and their Hugging Face checkpoint names (Mixtral,
+// Qwen2-MoE; HF prefixes all but lm_head with "model."):
+//   embed_tokens.weight                        [V, d]     model.embed_tokens.weight
+//   layers.N.input_layernorm.weight            [d]        same name
+//   layers.N.self_attn.{q,k,v,o}_proj.weight              same names (no biases:
+//                                                         Qwen's q/k/v biases are not modelled)
+//   layers.N.post_attention_layernorm.weight   [d]        same name
+//   dense layer:  layers.N.mlp.{gate,up,down}_proj.weight same names (Llama/Qwen dense MLP)
+//   MoE layer:    layers.N.mlp.gate.weight     [E, d]     Qwen: mlp.gate.weight;
+//                                                         Mixtral: block_sparse_moe.gate.weight
+//                 layers.N.mlp.experts.{gate,up,down}_proj  [E, ...] stacked; slice e is
+//                   Qwen mlp.experts.e.{gate,up,down}_proj.weight,
+//                   Mixtral block_sparse_moe.experts.e.{w1,w3,w2}.weight
+//                 layers.N.mlp.shared_expert.*          Qwen mlp.shared_expert.*
+//   norm.weight                                [d]        model.norm.weight
+//   lm_head.weight                             [V, d]     lm_head.weight (absent when tied)
+// hf_checkpoint_names() spells this out per parameter.
+//
+// Rotary embedding uses the HF "rotate half" layout, so q_proj/k_proj need no
+// permutation when loading those checkpoints.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "moerl/config/sections.h"
+#include "moerl/model/attention.h"
+#include "moerl/model/feed_forward.h"
+#include "moerl/model/kv_cache.h"
+#include "moerl/model/rms_norm.h"
+#include "moerl/moe/moe_layer.h"
+
+namespace moerl::model {
+
+struct PolicyOutput {
+  torch::Tensor logits;          // [T, vocab] packed over the real tokens
+  torch::Tensor hidden;          // [T, d_model] final normed hidden state (for value heads)
+  torch::Tensor expert_indices;  // [T, moe_layers, top_k] int64; undefined without MoE layers
+  torch::Tensor aux_loss;        // scalar: sum over MoE layers (already weighted); 0 without
+  std::vector<moe::RouterStats> router_stats;  // one per MoE layer, in layer order
+  torch::Tensor token_index;     // [T] int64: b * S + s of each packed token
+  torch::Tensor last_token;      // [B] int64: packed index of each row's last real token
+  std::int64_t batch = 0;        // B
+  std::int64_t max_new = 0;      // S
+
+  // Logits that predict each row's next token: [B, vocab].
+  torch::Tensor next_token_logits() const { return logits.index_select(0, last_token); }
+  // packed [T, ...] -> [B, S, ...]; padding positions hold `fill`.
+  torch::Tensor unpack(const torch::Tensor& packed, double fill = 0.0) const;
+};
+
+enum class CheckpointFamily { CheckpointMixtral, CheckpointQwenMoe };
+
+struct DecoderLayerOutput {
+  torch::Tensor hidden;    // [T, d_model]
+  bool has_moe = false;    // moe is filled only for MoE layers
+  moe::MoeOutput moe;
+};
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe,
+                   std::int64_t layer_index);
+
+  // x: [T, d_model]; forced_experts: undefined or [T, top_k] (MoE layers only).
+  DecoderLayerOutput forward(const torch::Tensor& x, const AttentionBatch& batch, KVCache* cache,
+                             const torch::Tensor& forced_experts);
+
+  bool is_moe() const { return !moe_mlp.is_empty(); }
+
+  std::int64_t layer_index;
+  RMSNorm input_layernorm{nullptr};           // weight [d_model]
+  Attention self_attn{nullptr};
+  RMSNorm post_attention_layernorm{nullptr};  // weight [d_model]
+  SwiGluFeedForward dense_mlp{nullptr};       // registered as "mlp" in dense layers
+  moe::MoeFeedForward moe_mlp{nullptr};       // registered as "mlp" in MoE layers
+};
+TORCH_MODULE(DecoderLayer);
+
+class PolicyImpl : public torch::nn::Module {
+ public:
+  PolicyImpl(const config::ModelSection& model, const config::MoeSection& moe);
+
+  // Full forward without a cache (learner, evaluation). tokens: [B, S]
+  // int64, right-padded; lengths: [B] int64 real tokens per row (each
+  // >= 1), or undefined for "all S". forced_experts: undefined, or
+  // [T, moe_layers, top_k] int64 in packed order -- pass a previous
+  // PolicyOutput::expert_indices to replay its routing.
+  PolicyOutput forward(const torch::Tensor& tokens, const torch::Tensor& lengths = torch::Tensor(),
+                       const torch::Tensor& forced_experts = torch::Tensor());
+
+  // One step of incremental decoding: row b appends lengths[b] tokens to
+  // sequence sequences[b] of the cache (a prefill when that sequence is
+  // new, one token per row in steady decoding, any mix in between). Rows
+  // may be any subset of the cache's sequences, in any order. Positions
+  // continue from each sequence's cached length. Gradients do not flow
+  // through cached keys/values.
+  PolicyOutput forward_cached(const torch::Tensor& tokens, const torch::Tensor& lengths,
+                              KVCache& cache, const std::vector<SequenceId>& sequences,
+                              const torch::Tensor& forced_experts = torch::Tensor());
+
+  // A cache with this policy's dtype and device.
+  KVCache make_cache(std::int64_t initial_slots = 4, std::int64_t initial_capacity = 64) const;
+
+  // normal(0, init_std) for every matrix, with the residual output
+  // projections (o_proj, down_proj of dense, shared and routed experts)
+  // scaled by 1/sqrt(2 * num_layers); norms = 1.
+  void reset_parameters();
+
+  const config::ModelSection& model_config() const { return model_; }
+  const config::MoeSection& moe_config() const { return moe_; }
+  std::int64_t num_moe_layers() const { return static_cast<std::int64_t>(moe_layers_.size()); }
+  const std::vector<std::int64_t>& moe_layer_indices() const { return moe_layers_; }
+
+  torch::nn::Embedding embed_tokens{nullptr};  // weight [vocab, d_model]
+  torch::nn::ModuleList layers{nullptr};       // num_layers x DecoderLayer
+  std::vector<DecoderLayer> decoder_layers;    // typed views of `layers`
+  RMSNorm norm{nullptr};                       // weight [d_model]
+  torch::nn::Linear lm_head{nullptr};          // weight [vocab, d_model]; null when tied
+
+ private:
+  PolicyOutput run(const torch::Tensor& tokens, const AttentionBatch& batch, KVCache* cache,
+                   const torch::Tensor& forced_experts);
+  std::vector<std::int64_t> row_lengths(const torch::Tensor& tokens, const torch::Tensor& lengths) const;
+
+  config::ModelSection model_;
+  config::MoeSection moe_;
+  std::vector<std::int64_t> moe_layers_;  // indices of the MoE layers
+};
+TORCH_MODULE(Policy);
+
+// The checkpoint tensor(s) a moerl parameter corresponds to. Stacked expert
+// tensors [E, ...] map to E names (slice e along dim 0 is the e-th name);
+// every other parameter maps to exactly one name.
+std::vector<std::string> hf_checkpoint_names(const std::string& parameter_name,
+                                             std::int64_t num_experts, CheckpointFamily family);
+
+}  // namespace moerl::model

@@ -1,0 +1,93 @@
+#pragma once
+// The MoE feed-forward module: route -> dispatch -> grouped SwiGLU experts ->
+// combine, each an explicit operator (see moe_ops.h) with forward and backward
+// on CPU and GPU. Include after the LibTorch precompiled header.
+//
+// Parameter names map one-to-one onto Hugging Face Mixtral / Qwen-MoE layouts
+// (per layer, prefix `model.layers.N.mlp.` in Qwen2-MoE,
+// `model.layers.N.block_sparse_moe.` in Mixtral):
+//   gate.weight                 [E, d_model]          = gate.weight (router)
+//   experts.gate_proj           [E, d_expert, d_model] slice e = experts.e.gate_proj.weight
+//                                                       (Mixtral: experts.e.w1.weight)
+//   experts.up_proj             [E, d_expert, d_model] slice e = experts.e.up_proj.weight
+//                                                       (Mixtral: experts.e.w3.weight)
+//   experts.down_proj           [E, d_model, d_expert] slice e = experts.e.down_proj.weight
+//                                                       (Mixtral: experts.e.w2.weight)
+//   shared_expert.gate_proj.weight [S*d_expert, d_model]  (Qwen2-MoE shared_expert.*,
+//   shared_expert.up_proj.weight   [S*d_expert, d_model]   S = moe.shared_experts;
+//   shared_expert.down_proj.weight [d_model, S*d_expert]   absent when S = 0)
+// Qwen2-MoE's scalar `shared_expert_gate` is not modelled: the shared expert's
+// output is added with weight 1 (Qwen1.5-MoE checkpoints need it folded in).
+
+#include <cstdint>
+#include <vector>
+
+#include "moerl/config/sections.h"
+
+namespace moerl::moe {
+
+struct RouterStats {                               // per layer, per forward
+  std::vector<std::int64_t> tokens_per_expert;     // [E] assignments routed to each expert
+  double imbalance = 0;                            // max/mean load
+  double load_entropy = 0;                         // entropy of the load distribution (nats)
+  std::int64_t dropped_tokens = 0;                 // assignments dropped by capacity
+};
+
+struct MoeOutput {
+  torch::Tensor hidden;          // [T, d_model]
+  torch::Tensor expert_indices;  // [T, top_k] int64: the experts actually used
+  torch::Tensor aux_loss;        // scalar: aux_loss_weight*balance + z_loss_weight*z
+  RouterStats stats;
+};
+
+// The routed experts' stacked SwiGLU weights (a module so that the parameter
+// names read `experts.gate_proj` etc.).
+class MoeExpertsImpl : public torch::nn::Module {
+ public:
+  MoeExpertsImpl(std::int64_t num_experts, std::int64_t d_model, std::int64_t d_expert);
+  torch::Tensor gate_proj;  // [E, d_expert, d_model]
+  torch::Tensor up_proj;    // [E, d_expert, d_model]
+  torch::Tensor down_proj;  // [E, d_model, d_expert]
+};
+TORCH_MODULE(MoeExperts);
+
+// A dense SwiGLU: down(silu(gate(x)) * up(x)), used for the shared expert.
+class SwiGluImpl : public torch::nn::Module {
+ public:
+  SwiGluImpl(std::int64_t d_model, std::int64_t d_hidden);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::nn::Linear gate_proj{nullptr};  // weight [d_hidden, d_model]
+  torch::nn::Linear up_proj{nullptr};    // weight [d_hidden, d_model]
+  torch::nn::Linear down_proj{nullptr};  // weight [d_model, d_hidden]
+};
+TORCH_MODULE(SwiGlu);
+
+class MoeFeedForwardImpl : public torch::nn::Module {
+ public:
+  MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe);
+  // x: [T, d_model]; forced_experts: undefined, or [T, top_k] int64 (routing replay)
+  MoeOutput forward(const torch::Tensor& x, const torch::Tensor& forced_experts = torch::Tensor());
+
+  const config::MoeSection& moe_config() const { return moe_; }
+
+  torch::nn::Linear gate{nullptr};       // router, weight [E, d_model]
+  MoeExperts experts{nullptr};
+  SwiGlu shared_expert{nullptr};         // null when moe.shared_experts == 0
+
+ private:
+  config::MoeSection moe_;
+  std::int64_t d_model_ = 0;
+};
+TORCH_MODULE(MoeFeedForward);
+
+// The textbook per-expert loop over the same parameters and routing: for each
+// expert one mask, one index_select and one index_add. Slow but obviously
+// right; the tests and the benchmark baseline compare against it.
+MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& x,
+                                const torch::Tensor& forced_experts = torch::Tensor());
+
+// Per-token capacity of one expert for T tokens: ceil(capacity_factor*T*k/E),
+// or -1 (unbounded) when capacity_factor <= 0.
+std::int64_t expert_capacity(const config::MoeSection& moe, std::int64_t num_tokens);
+
+}  // namespace moerl::moe

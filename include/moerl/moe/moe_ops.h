@@ -1,0 +1,61 @@
+#pragma once
+// The MoE operators, each with autograd, on CPU (float, double) and CUDA
+// (float): route -> plan -> dispatch -> grouped SwiGLU -> combine. Thin
+// LibTorch adapters over the raw-pointer kernels in moerl_kernels/moe.h.
+// Include after the LibTorch precompiled header.
+
+#include <cstdint>
+
+#include "moerl/config/sections.h"
+
+namespace moerl::moe {
+
+// Where each (token, choice) assignment goes in the expert-contiguous layout.
+// Built on the device of the routing; nothing here needs the host on the GPU
+// path (rows is a bound known from the sizes alone).
+struct RoutePlan {
+  torch::Tensor routed;      // [E] int64: assignments per expert before capacity
+  torch::Tensor counts;      // [E] int64: kept assignments per expert
+  torch::Tensor offsets;     // [E+1] int64: padded segment starts; offsets[E] = rows in use
+  torch::Tensor dest_row;    // [T*k] int64: permuted row of each assignment, -1 = dropped
+  torch::Tensor row_source;  // [rows] int64: assignment of each permuted row, -1 = padding
+  torch::Tensor dropped;     // [1] int64: assignments dropped by capacity
+  std::int64_t tokens = 0;
+  std::int64_t top_k = 0;
+  std::int64_t experts = 0;
+  std::int64_t rows = 0;     // T*k + E*(block_size-1): size of the permuted buffers
+};
+
+// expert_indices [T,k] int64 in [0,E). capacity < 0: dropless.
+RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t experts,
+                          std::int64_t capacity, std::int64_t block_size);
+
+struct RouteResult {
+  torch::Tensor expert_indices;  // [T,k] int64 (forced ones when given)
+  torch::Tensor gates;           // [T,k] gate weights, differentiable in the logits
+  torch::Tensor balance_loss;    // scalar: E * sum_e f_e * P_e
+  torch::Tensor z_loss;          // scalar: mean_t logsumexp(logits_t)^2
+};
+
+// logits [T,E]. forced_experts: undefined or [T,k] int64 (routing replay: the
+// gates are recomputed over these experts and still depend on the logits).
+// f_e counts the chosen (not forced-away) assignments before capacity; P_e is
+// the mean router probability.
+RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe,
+                  const torch::Tensor& forced_experts = torch::Tensor());
+
+// x [T,H] -> [rows,H] in expert-contiguous order; padding rows are zero.
+torch::Tensor dispatch(const torch::Tensor& x, const RoutePlan& plan);
+
+// Grouped SwiGLU over the plan's segments:
+//   y[r] = W_down[e] (silu(W_gate[e] x[r]) * (W_up[e] x[r]))
+// x [rows,H], w_gate/w_up [E,D,H], w_down [E,H,D] -> [rows,H].
+torch::Tensor grouped_swiglu(const torch::Tensor& x, const torch::Tensor& w_gate,
+                             const torch::Tensor& w_up, const torch::Tensor& w_down,
+                             const RoutePlan& plan);
+
+// expert_out [rows,H], gates [T,k] -> [T,H]: sum over kept choices of gate * row.
+torch::Tensor combine(const torch::Tensor& expert_out, const torch::Tensor& gates,
+                      const RoutePlan& plan);
+
+}  // namespace moerl::moe

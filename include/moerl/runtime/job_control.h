@@ -1,0 +1,54 @@
+#pragma once
+// Stopping a job: cleanly on SIGINT/SIGTERM, at once on a fatal error.
+//
+// Clean stop: a signal only sets a flag (nothing else is async-signal-safe).
+// Role loops call StopCoordinator::should_stop() between units of work; a
+// rank that saw the signal tells learner 0, learner 0 tells every rank, and
+// each role finishes its current step and returns. Under mpirun every rank
+// receives the signal itself too; the messages cover a signal sent to one
+// rank (e.g. `kill` of a single process, or Slurm's --signal to one task).
+//
+// Fatal error: abort_job() prints the error once, flushes logs and calls
+// MPI_Abort, which ends every rank promptly with a non-zero status — a job
+// never hangs waiting for a dead peer.
+
+#include <string>
+
+#include "moerl/runtime/mailbox.h"
+
+namespace moerl::runtime {
+
+void install_stop_signal_handlers();
+// The signal number that asked for a stop, or 0.
+int stop_signal_received();
+// For tests: forget a received signal.
+void reset_stop_signal();
+
+class StopCoordinator {
+ public:
+  StopCoordinator(Mailbox& mailbox, int coordinator_rank = 0);
+
+  // Non-blocking. True once this rank must stop; reason() says why.
+  bool should_stop();
+  // Asks the whole job to stop (any rank may call it).
+  void request_stop(const std::string& reason);
+  const std::string& reason() const { return reason_; }
+
+ private:
+  void broadcast_stop(const std::string& reason);
+
+  Mailbox& mailbox_;
+  int coordinator_;
+  bool stopping_ = false;
+  bool forwarded_signal_ = false;
+  std::string reason_;
+};
+
+// Exit status used when a fatal error aborts the job.
+constexpr int kFatalErrorExitStatus = 1;
+
+// Prints "moerl: fatal error on rank R (role): WHAT", flushes logs, aborts every rank.
+[[noreturn]] void abort_job(const std::string& role_label, const std::string& what,
+                            int status = kFatalErrorExitStatus);
+
+}  // namespace moerl::runtime

@@ -1,0 +1,28 @@
+#pragma once
+// MPI for the life of the process: initialised with the thread level moerl
+// needs, finalised once. Heartbeat and I/O threads call MPI while compute
+// threads run, so MPI_THREAD_MULTIPLE is required and checked.
+
+namespace moerl::runtime {
+
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  int world_rank() const { return rank_; }
+  int world_size() const { return size_; }
+  int provided_thread_level() const { return provided_; }
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  int provided_ = 0;
+};
+
+// "MPI_THREAD_MULTIPLE" and the like.
+const char* thread_level_name(int level);
+
+}  // namespace moerl::runtime

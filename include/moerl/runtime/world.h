@@ -1,0 +1,61 @@
+#pragma once
+// This process's place in the job: its rank and role, and the communicators
+// each role group uses. Constructing a World is collective over the parent
+// communicator (every rank must construct one, after the config is valid).
+
+#include <mpi.h>
+
+#include <string>
+
+#include "moerl/config/config.h"
+#include "moerl/runtime/rank_layout.h"
+
+namespace moerl::runtime {
+
+class World {
+ public:
+  World(const config::Config& config, MPI_Comm parent);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  int rank() const { return self_.rank; }
+  int size() const { return layout_.world_size(); }
+  Role role() const { return self_.role; }
+  int role_index() const { return self_.index; }
+  const RankLayout& layout() const { return layout_; }
+  bool is_coordinator() const { return self_.rank == RankLayout::kCoordinatorRank; }
+  // "learner 0", "actor 3": how logs and errors name this rank's role.
+  std::string role_label() const;
+
+  MPI_Comm world_comm() const { return world_; }
+  // Point-to-point messages only (a duplicate, so tags never meet collectives).
+  MPI_Comm message_comm() const { return messages_; }
+  // The ranks sharing this rank's role (learners all-reduce gradients here).
+  MPI_Comm role_comm() const { return role_; }
+  // Learner 0, the actors and standby actors: weight publication. MPI_COMM_NULL elsewhere.
+  MPI_Comm sync_comm() const { return sync_; }
+
+  const std::string& hostname() const { return hostname_; }
+  int ranks_on_host() const { return ranks_on_host_; }
+  // Compute threads for this rank: [cluster] threads_per_rank, or the
+  // MOERL_THREADS_PER_RANK environment variable, or cores / ranks on host.
+  int compute_threads() const { return compute_threads_; }
+
+ private:
+  RankLayout layout_;
+  RankAssignment self_;
+  MPI_Comm world_ = MPI_COMM_NULL;
+  MPI_Comm messages_ = MPI_COMM_NULL;
+  MPI_Comm role_ = MPI_COMM_NULL;
+  MPI_Comm sync_ = MPI_COMM_NULL;
+  std::string hostname_;
+  int ranks_on_host_ = 1;
+  int compute_threads_ = 1;
+};
+
+// The threads rule of World::compute_threads(), separated for tests.
+int choose_compute_threads(std::int64_t configured, const char* environment_value, int cores,
+                           int ranks_on_host);
+
+}  // namespace moerl::runtime

@@ -1,0 +1,55 @@
+#pragma once
+// Carrying metrics snapshots to learner 0 and writing them out. Each rank
+// sends a MetricsReport every [telemetry] metrics_interval_s; learner 0 keeps
+// the latest per rank and appends one JSON line per step to the run's
+// metrics file:
+//
+//   {"step": 12, "time": 1764420000.5,
+//    "roles": {"actor": {"ranks": 2, "counters": {...}, "gauges": {...},
+//                        "histograms": {"x": {"count":..,"mean":..,"p50":..,"p90":..,"p99":..,"max":..}}}},
+//    "ranks": [{"rank": 0, "role": "learner", "counters": {...}, ...}, ...]}
+//
+// Role aggregates sum counters, average gauges and merge histograms.
+
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "moerl/runtime/message.h"
+#include "moerl/telemetry/metrics.h"
+
+namespace moerl::telemetry {
+
+struct MetricsReport {
+  static constexpr runtime::MessageType kType = runtime::MessageType::MetricsReport;
+  MetricsSnapshot snapshot;
+  void encode(runtime::ByteWriter& w) const;
+  static MetricsReport decode(runtime::ByteReader& r);
+};
+
+class MetricsAggregator {
+ public:
+  void update(const MetricsSnapshot& snapshot);
+  size_t ranks_reported() const { return latest_.size(); }
+  const std::map<int, MetricsSnapshot>& latest() const { return latest_; }
+  // Aggregates of the latest snapshots, per role.
+  std::map<std::string, MetricsSnapshot> by_role() const;
+  std::string json_line(std::int64_t step) const;
+
+ private:
+  std::map<int, MetricsSnapshot> latest_;
+};
+
+// Appends lines to a JSON-lines file, flushing each so a crash loses nothing written.
+class JsonLinesFile {
+ public:
+  explicit JsonLinesFile(const std::string& path);  // creates parent directories
+  void append(const std::string& line);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::ofstream file_;
+};
+
+}  // namespace moerl::telemetry

@@ -1,0 +1,199 @@
+// CPU twins of the MoE kernels (see moerl_kernels/moe.h). Single-threaded by
+// design: the LibTorch adapter splits rows/tokens into ranges and calls these
+// from at::parallel_for, so that threading policy stays in one place.
+
+#include <algorithm>
+#include <cstring>
+
+#include "moerl_kernels/moe.h"
+
+namespace moerl::kernels {
+
+std::int64_t moe_permuted_rows(std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
+                               std::int64_t block_size) {
+  const std::int64_t block = std::max<std::int64_t>(block_size, 1);
+  return tokens * top_k + experts * (block - 1);
+}
+
+void moe_plan_cpu(const std::int64_t* expert_idx, std::int64_t tokens, std::int64_t top_k,
+                  std::int64_t experts, std::int64_t capacity, std::int64_t block_size,
+                  std::int64_t* routed, std::int64_t* counts, std::int64_t* offsets,
+                  std::int64_t* dest_row, std::int64_t* row_source, std::int64_t* dropped) {
+  const std::int64_t assignments = tokens * top_k;
+  const std::int64_t block = std::max<std::int64_t>(block_size, 1);
+  const std::int64_t rows = moe_permuted_rows(tokens, top_k, experts, block_size);
+  std::fill(routed, routed + experts, 0);
+  for (std::int64_t a = 0; a < assignments; ++a) ++routed[expert_idx[a]];
+  std::int64_t start = 0;
+  std::int64_t total_dropped = 0;
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const std::int64_t kept = capacity < 0 ? routed[e] : std::min(routed[e], capacity);
+    counts[e] = kept;
+    total_dropped += routed[e] - kept;
+    offsets[e] = start;
+    start += (kept + block - 1) / block * block;
+  }
+  offsets[experts] = start;
+  dropped[0] = total_dropped;
+  std::fill(row_source, row_source + rows, std::int64_t{-1});
+  // Second pass: the running fill of each expert gives the stable order. The
+  // counts array doubles as the cursor and is restored afterwards.
+  for (std::int64_t e = 0; e < experts; ++e) counts[e] = 0;
+  for (std::int64_t a = 0; a < assignments; ++a) {
+    const std::int64_t e = expert_idx[a];
+    const std::int64_t rank = counts[e];
+    if (capacity >= 0 && rank >= capacity) {
+      dest_row[a] = -1;
+      continue;
+    }
+    counts[e] = rank + 1;
+    dest_row[a] = offsets[e] + rank;
+    row_source[offsets[e] + rank] = a;
+  }
+}
+
+template <typename Scalar>
+void moe_dispatch_cpu(const Scalar* x, const std::int64_t* row_source, const Scalar* weights,
+                      std::int64_t tokens, std::int64_t top_k, std::int64_t hidden,
+                      std::int64_t rows, Scalar* out) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t a = row_source[r];
+    Scalar* dst = out + r * hidden;
+    if (a < 0) {
+      std::memset(dst, 0, sizeof(Scalar) * static_cast<std::size_t>(hidden));
+      continue;
+    }
+    const Scalar* src = x + (a / top_k) * hidden;
+    if (weights == nullptr) {
+      std::memcpy(dst, src, sizeof(Scalar) * static_cast<std::size_t>(hidden));
+    } else {
+      const Scalar w = weights[a];
+      for (std::int64_t h = 0; h < hidden; ++h) dst[h] = w * src[h];
+    }
+  }
+}
+
+template <typename Scalar>
+void moe_combine_cpu(const Scalar* src, const std::int64_t* dest_row, const Scalar* weights,
+                     std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, Scalar* y) {
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    Scalar* dst = y + t * hidden;
+    std::fill(dst, dst + hidden, Scalar(0));
+    for (std::int64_t j = 0; j < top_k; ++j) {
+      const std::int64_t a = t * top_k + j;
+      const std::int64_t r = dest_row[a];
+      if (r < 0) continue;
+      const Scalar w = weights == nullptr ? Scalar(1) : weights[a];
+      const Scalar* row = src + r * hidden;
+      for (std::int64_t h = 0; h < hidden; ++h) dst[h] += w * row[h];
+    }
+  }
+}
+
+template <typename Scalar>
+void moe_combine_gate_grad_cpu(const Scalar* grad_y, const Scalar* src,
+                               const std::int64_t* dest_row, std::int64_t tokens,
+                               std::int64_t top_k, std::int64_t hidden, Scalar* grad_w) {
+  for (std::int64_t a = 0; a < tokens * top_k; ++a) {
+    const std::int64_t r = dest_row[a];
+    if (r < 0) {
+      grad_w[a] = Scalar(0);
+      continue;
+    }
+    const Scalar* g = grad_y + (a / top_k) * hidden;
+    const Scalar* row = src + r * hidden;
+    Scalar acc = 0;
+    for (std::int64_t h = 0; h < hidden; ++h) acc += g[h] * row[h];
+    grad_w[a] = acc;
+  }
+}
+
+namespace {
+// Expert owning row r, or -1 when r is past the last segment.
+std::int64_t expert_of_row(const std::int64_t* offsets, std::int64_t experts, std::int64_t r) {
+  if (r >= offsets[experts]) return -1;
+  // upper_bound over the E+1 starts: the last start <= r (empty segments skipped).
+  const std::int64_t* it = std::upper_bound(offsets, offsets + experts + 1, r);
+  return (it - offsets) - 1;
+}
+}  // namespace
+
+template <typename Scalar>
+void moe_grouped_gemm_nt_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets,
+                             std::int64_t rows, std::int64_t experts, std::int64_t N,
+                             std::int64_t K, Scalar* C) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t e = expert_of_row(offsets, experts, r);
+    for (std::int64_t n = 0; n < N; ++n) {
+      Scalar acc = 0;
+      if (e >= 0) {
+        const Scalar* a = A + r * K;
+        const Scalar* b = B + (e * N + n) * K;
+        for (std::int64_t q = 0; q < K; ++q) acc += a[q] * b[q];
+      }
+      C[r * N + n] = acc;
+    }
+  }
+}
+
+template <typename Scalar>
+void moe_grouped_gemm_nn_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets,
+                             std::int64_t rows, std::int64_t experts, std::int64_t N,
+                             std::int64_t K, Scalar* C) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t e = expert_of_row(offsets, experts, r);
+    Scalar* c = C + r * K;
+    std::fill(c, c + K, Scalar(0));
+    if (e < 0) continue;
+    for (std::int64_t n = 0; n < N; ++n) {
+      const Scalar a = A[r * N + n];
+      const Scalar* b = B + (e * N + n) * K;
+      for (std::int64_t q = 0; q < K; ++q) c[q] += a * b[q];
+    }
+  }
+}
+
+template <typename Scalar>
+void moe_grouped_gemm_tn_cpu(const Scalar* A, const Scalar* X, const std::int64_t* offsets,
+                             std::int64_t rows, std::int64_t experts, std::int64_t N,
+                             std::int64_t K, Scalar* C) {
+  std::fill(C, C + experts * N * K, Scalar(0));
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const std::int64_t end = std::min(offsets[e + 1], rows);
+    Scalar* c = C + e * N * K;
+    for (std::int64_t r = offsets[e]; r < end; ++r) {
+      for (std::int64_t n = 0; n < N; ++n) {
+        const Scalar a = A[r * N + n];
+        for (std::int64_t q = 0; q < K; ++q) c[n * K + q] += a * X[r * K + q];
+      }
+    }
+  }
+}
+
+#define MOERL_MOE_INSTANTIATE(Scalar)                                                       \
+  template void moe_dispatch_cpu<Scalar>(const Scalar*, const std::int64_t*, const Scalar*, \
+                                         std::int64_t, std::int64_t, std::int64_t,          \
+                                         std::int64_t, Scalar*);                            \
+  template void moe_combine_cpu<Scalar>(const Scalar*, const std::int64_t*, const Scalar*,  \
+                                        std::int64_t, std::int64_t, std::int64_t, Scalar*); \
+  template void moe_combine_gate_grad_cpu<Scalar>(const Scalar*, const Scalar*,             \
+                                                  const std::int64_t*, std::int64_t,        \
+                                                  std::int64_t, std::int64_t, Scalar*);     \
+  template void moe_grouped_gemm_nt_cpu<Scalar>(const Scalar*, const Scalar*,               \
+                                                const std::int64_t*, std::int64_t,          \
+                                                std::int64_t, std::int64_t, std::int64_t,   \
+                                                Scalar*);                                   \
+  template void moe_grouped_gemm_nn_cpu<Scalar>(const Scalar*, const Scalar*,               \
+                                                const std::int64_t*, std::int64_t,          \
+                                                std::int64_t, std::int64_t, std::int64_t,   \
+                                                Scalar*);                                   \
+  template void moe_grouped_gemm_tn_cpu<Scalar>(const Scalar*, const Scalar*,               \
+                                                const std::int64_t*, std::int64_t,          \
+                                                std::int64_t, std::int64_t, std::int64_t,   \
+                                                Scalar*);
+
+MOERL_MOE_INSTANTIATE(float)
+MOERL_MOE_INSTANTIATE(double)
+#undef MOERL_MOE_INSTANTIATE
+
+}  // namespace moerl::kernels

@@ -1,0 +1,41 @@
+#pragma once
+// The subcommands of the moerl binary. main.cpp declares the command line
+// (CLI11); each run_* function does the work and returns the exit status.
+
+#include <string>
+#include <vector>
+
+namespace moerl::app {
+
+struct TrainOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;  // --set section.key=value
+  std::string log_level;               // --log-level, shortcut for telemetry.log_level
+  bool dry_run = false;
+};
+
+struct ConfigOptions {
+  std::string action;  // check | show | reference
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int ranks = 0;       // check: also check [cluster] against this world size
+};
+
+struct BenchOptionsCli {
+  std::string name;
+  std::string out_path;
+  bool quick = false;
+  bool list = false;
+  int threads = 0;
+};
+
+int run_train(const TrainOptions& options);
+int run_config(const ConfigOptions& options);
+int run_bench(const BenchOptionsCli& options);
+
+// "moerl 0.1.0 (LibTorch 1.13.1, Open MPI v4.1.4, CUDA kernels: built)".
+std::string version_text();
+// Sets LibTorch's intra-op threads (the only place the app touches ATen).
+void set_compute_threads(int threads);
+
+}  // namespace moerl::app

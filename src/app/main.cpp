@@ -1,0 +1,80 @@
+// moerl: one binary, every role. `mpirun -np N moerl train --config F` starts
+// a job; the other subcommands inspect configs, checkpoints and benchmarks.
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+#include "commands.h"
+
+namespace {
+
+constexpr const char* kEvalHelp =
+    "Evaluate a policy on held-out task seeds. Arrives with the learner and checkpoint "
+    "modules; this build exits with status 3.";
+constexpr const char* kCheckpointHelp =
+    "List, verify, tag, roll back and export versioned HDF5 checkpoints. Arrives with the "
+    "checkpoint module; this build exits with status 3.";
+
+int unavailable(const std::string& command) {
+  std::cerr << "moerl " << command
+            << ": this subcommand is not in this build of moerl yet (see `moerl " << command
+            << " --help`)\n";
+  return 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"moerl: reinforcement-learning post-training of Mixture-of-Experts language models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", moerl::app::version_text());
+
+  moerl::app::TrainOptions train;
+  auto* train_cmd = app.add_subcommand(
+      "train",
+      "Launch a job under mpirun/srun: every rank takes its role from [cluster]. This build runs "
+      "the launch check (--dry-run); the RL loop arrives with the learner module.");
+  train_cmd->add_option("-c,--config", train.config_path, "TOML run configuration")->required()->check(CLI::ExistingFile);
+  train_cmd->add_option("--set", train.overrides, "Override a key: --set section.key=value (repeatable)");
+  train_cmd->add_option("--log-level", train.log_level, "trace|debug|info|warn|error (telemetry.log_level)");
+  train_cmd->add_flag("--dry-run", train.dry_run,
+                      "Assign roles, exchange a round of messages between all ranks, print the plan, exit 0");
+
+  moerl::app::ConfigOptions config;
+  auto* config_cmd = app.add_subcommand("config", "Check, show or document run configurations");
+  config_cmd->require_subcommand(1);
+  auto* check_cmd = config_cmd->add_subcommand("check", "Validate FILE; exit 2 with every error on failure");
+  auto* show_cmd = config_cmd->add_subcommand("show", "Print the resolved configuration (defaults included) as TOML");
+  auto* reference_cmd = config_cmd->add_subcommand("reference", "Print every section and key as a Markdown table");
+  for (auto* cmd : {check_cmd, show_cmd}) {
+    cmd->add_option("file", config.config_path, "TOML run configuration")->required();
+    cmd->add_option("--set", config.overrides, "Override a key: --set section.key=value (repeatable)");
+  }
+  check_cmd->add_option("--ranks", config.ranks, "Also check [cluster] against this MPI world size");
+
+  moerl::app::BenchOptionsCli bench;
+  auto* bench_cmd = app.add_subcommand("bench", "Run a benchmark NAME; prints a table, --out writes JSON");
+  bench_cmd->add_option("name", bench.name, "Benchmark name (see --list)");
+  bench_cmd->add_option("--out", bench.out_path, "Write the result as JSON to this file");
+  bench_cmd->add_flag("--quick", bench.quick, "Small sizes and one repetition (smoke test)");
+  bench_cmd->add_option("--threads", bench.threads, "Compute threads (default: as configured by the environment)");
+  bench_cmd->add_flag("--list", bench.list, "List the benchmarks");
+
+  auto* eval_cmd = app.add_subcommand("eval", kEvalHelp);
+  auto* checkpoint_cmd = app.add_subcommand("checkpoint", kCheckpointHelp);
+  checkpoint_cmd->allow_extras();
+  eval_cmd->allow_extras();
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*train_cmd) return moerl::app::run_train(train);
+  if (*config_cmd) {
+    config.action = *check_cmd ? "check" : *show_cmd ? "show" : "reference";
+    return moerl::app::run_config(config);
+  }
+  if (*bench_cmd) return moerl::app::run_bench(bench);
+  if (*eval_cmd) return unavailable("eval");
+  if (*checkpoint_cmd) return unavailable("checkpoint");
+  return 1;
+}

@@ -1,0 +1,31 @@
+// Version text and thread control: the app's only contact with ATen headers,
+// kept to this small translation unit.
+
+#include <ATen/Parallel.h>
+#include <mpi.h>
+#include <torch/csrc/api/include/torch/version.h>
+
+#include "commands.h"
+
+namespace moerl::app {
+
+std::string version_text() {
+  char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int length = 0;
+  MPI_Get_library_version(mpi_version, &length);
+  std::string mpi(mpi_version, static_cast<size_t>(length));
+  if (const auto comma = mpi.find(','); comma != std::string::npos) mpi = mpi.substr(0, comma);
+#ifdef MOERL_WITH_CUDA
+  const char* cuda = "built";
+#else
+  const char* cuda = "not built";
+#endif
+  return std::string("moerl ") + MOERL_VERSION + " (LibTorch " + TORCH_VERSION + ", " + mpi +
+         ", CUDA kernels: " + cuda + ")";
+}
+
+void set_compute_threads(int threads) {
+  if (threads > 0) at::set_num_threads(threads);
+}
+
+}  // namespace moerl::app

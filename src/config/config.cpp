@@ -1,0 +1,325 @@
+// Loading a run configuration: TOML text -> overrides -> typed sections ->
+// range checks -> cross-field checks. Every problem is collected before
+// anything is thrown, so one launch reports all of them.
+
+#include "moerl/config/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "moerl/config/schema.h"
+
+namespace moerl::config {
+
+std::string ConfigIssue::text() const {
+  std::ostringstream out;
+  out << source;
+  if (line > 0) out << ":" << line;
+  out << ": ";
+  const auto dot = key.find('.');
+  if (dot == std::string::npos) {
+    out << "[" << key << "]";
+  } else {
+    out << "[" << key.substr(0, dot) << "] " << key.substr(dot + 1);
+  }
+  out << ": " << message;
+  return out.str();
+}
+
+namespace {
+
+std::string join_issues(const std::vector<ConfigIssue>& issues) {
+  std::ostringstream out;
+  out << "invalid configuration (" << issues.size() << (issues.size() == 1 ? " error" : " errors")
+      << "):";
+  for (const ConfigIssue& issue : issues) out << "\n  " << issue.text();
+  return out.str();
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::vector<ConfigIssue> issues)
+    : Error(join_issues(issues)), issues_(std::move(issues)) {}
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const std::string& candidate : candidates) {
+    const size_t d = edit_distance(word, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+ConfigIssue Config::issue(const std::string& key, const std::string& message) const {
+  const auto where = origins.find(key);
+  if (where != origins.end()) return {where->second.source, where->second.line, key, message};
+  return {source_path.empty() ? "<defaults>" : source_path, 0, key, message};
+}
+
+std::string Config::run_directory() const {
+  if (run.output_dir.empty()) return run.name;
+  return run.output_dir + (run.output_dir.back() == '/' ? "" : "/") + run.name;
+}
+
+namespace {
+
+class Loader {
+ public:
+  Loader(std::string source_name) { config_.source_path = std::move(source_name); }
+
+  Config load(toml::table& root, const std::vector<std::string>& overrides) {
+    for (const std::string& item : overrides) apply_override(root, item);
+    for (auto&& [name, node] : root) read_section(std::string(name.str()), node);
+    check_cross_field();
+    if (!issues_.empty()) throw ConfigError(issues_);
+    return std::move(config_);
+  }
+
+  void add_parse_error(const toml::parse_error& error) {
+    issues_.push_back({config_.source_path, static_cast<int>(error.source().begin.line), "toml",
+                       std::string(error.description())});
+    throw ConfigError(issues_);
+  }
+
+ private:
+  KeyOrigin origin_of(const std::string& key, const toml::node& node) const {
+    if (const auto it = override_origin_.find(key); it != override_origin_.end())
+      return {it->second, 0};
+    return {config_.source_path, static_cast<int>(node.source().begin.line)};
+  }
+
+  void report(const std::string& key, const toml::node& node, const std::string& message) {
+    const KeyOrigin where = origin_of(key, node);
+    issues_.push_back({where.source, where.line, key, message});
+  }
+
+  // "--set algo.lr=1e-5": the value is parsed as a TOML literal; a bare word
+  // that is not one ("--set run.name=exp1") is taken as a string.
+  void apply_override(toml::table& root, const std::string& item) {
+    const std::string origin = "--set " + item;
+    const auto equals = item.find('=');
+    const std::string path = item.substr(0, equals);
+    const auto dot = path.find('.');
+    if (equals == std::string::npos || dot == std::string::npos || dot == 0 ||
+        dot + 1 == path.size()) {
+      issues_.push_back({origin, 0, path, "expected --set section.key=value"});
+      return;
+    }
+    const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
+    const std::string text = item.substr(equals + 1);
+    toml::table* table = root.get_as<toml::table>(section);
+    if (table == nullptr) {
+      if (root.contains(section)) {
+        issues_.push_back({origin, 0, section, "is not a table"});
+        return;
+      }
+      root.insert(section, toml::table{});
+      table = root.get_as<toml::table>(section);
+    }
+    try {
+      const toml::table parsed = toml::parse("value = " + text);
+      parsed.get("value")->visit([&](const auto& node) { table->insert_or_assign(key, node); });
+    } catch (const toml::parse_error&) {
+      table->insert_or_assign(key, text);
+    }
+    override_origin_[path] = origin;
+  }
+
+  std::vector<std::string> section_names() const {
+    std::vector<std::string> names;
+    for (const SectionSpec& s : all_sections()) names.push_back(s.name);
+    return names;
+  }
+
+  void read_section(const std::string& name, const toml::node& node) {
+    const SectionSpec* spec = find_section(name);
+    if (spec == nullptr) {
+      std::string message = "unknown section";
+      if (std::string near = closest_match(name, section_names()); !near.empty())
+        message += "; did you mean [" + near + "]?";
+      report(name, node, message);
+      return;
+    }
+    const toml::table* table = node.as_table();
+    if (table == nullptr) {
+      report(name, node, "expected a table ([" + name + "]), got a value");
+      return;
+    }
+    void* section = spec->locate(config_);
+    for (auto&& [key_name, value] : *table) read_field(*spec, section, std::string(key_name.str()), value);
+  }
+
+  void read_field(const SectionSpec& spec, void* section, const std::string& key,
+                  const toml::node& value) {
+    const std::string full_key = spec.name + "." + key;
+    const FieldSpec* field = spec.find(key);
+    if (field == nullptr) {
+      std::vector<std::string> keys;
+      for (const FieldSpec& f : spec.fields) keys.push_back(f.key);
+      std::string message = "unknown key";
+      if (std::string near = closest_match(key, keys); !near.empty())
+        message += "; did you mean '" + near + "'?";
+      report(full_key, value, message);
+      return;
+    }
+    config_.origins[full_key] = origin_of(full_key, value);
+    if (std::string error = field->assign(section, value); !error.empty()) {
+      report(full_key, value, error);
+      return;
+    }
+    if (std::string error = field->range_violation(section); !error.empty())
+      report(full_key, value, error + ", got " + field->literal(section));
+  }
+
+  void require(bool ok, const std::string& key, const std::string& message) {
+    if (!ok) issues_.push_back(config_.issue(key, message));
+  }
+
+  void check_cross_field() {
+    const ModelSection& m = config_.model;
+    const MoeSection& e = config_.moe;
+    if (m.num_heads > 0 && m.num_kv_heads > 0) {
+      require(m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads",
+              "must divide num_heads (" + std::to_string(m.num_heads) + "), got " +
+                  std::to_string(m.num_kv_heads));
+      require(m.d_model % m.num_heads == 0, "model.d_model",
+              "must be a multiple of num_heads (" + std::to_string(m.num_heads) + "), got " +
+                  std::to_string(m.d_model));
+      if (m.d_model % m.num_heads == 0)
+        require((m.d_model / m.num_heads) % 2 == 0, "model.d_model",
+                "d_model / num_heads (the head size) must be even for rotary embeddings");
+    }
+    if (e.enabled) {
+      require(e.top_k <= e.num_experts, "moe.top_k",
+              "must be <= num_experts (" + std::to_string(e.num_experts) + "), got " +
+                  std::to_string(e.top_k));
+      require(e.first_dense_layers < m.num_layers, "moe.first_dense_layers",
+              "leaves no MoE layer: must be < model.num_layers (" +
+                  std::to_string(m.num_layers) + ")");
+    }
+  }
+
+  Config config_;
+  std::vector<ConfigIssue> issues_;
+  std::map<std::string, std::string> override_origin_;
+};
+
+}  // namespace
+
+Config load_config_text(const std::string& text, const std::string& source_name,
+                        const std::vector<std::string>& overrides) {
+  Loader loader(source_name);
+  toml::table root;
+  try {
+    root = toml::parse(text, source_name);
+  } catch (const toml::parse_error& error) {
+    loader.add_parse_error(error);
+  }
+  return loader.load(root, overrides);
+}
+
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream file(path);
+  if (!file) throw ConfigError({{path, 0, "file", "cannot open the configuration file"}});
+  std::ostringstream text;
+  text << file.rdbuf();
+  return load_config_text(text.str(), path, overrides);
+}
+
+void check_world_size(const Config& config, int world_size) {
+  const ClusterSection& c = config.cluster;
+  const std::int64_t wanted = c.learners + c.actors + c.env_workers + c.standby_actors;
+  if (wanted == world_size) return;
+  std::ostringstream message;
+  message << "learners + actors + env_workers + standby_actors = " << c.learners << " + "
+          << c.actors << " + " << c.env_workers << " + " << c.standby_actors << " = " << wanted
+          << " ranks, but the job has " << world_size << " (launch with mpirun -np " << wanted
+          << " or change [cluster])";
+  // Point at the first rank count the file sets, so the line is useful.
+  std::string key = "cluster";
+  for (const char* k : {"cluster.learners", "cluster.actors", "cluster.env_workers",
+                        "cluster.standby_actors"})
+    if (config.origins.count(k)) {
+      key = k;
+      break;
+    }
+  throw ConfigError({config.issue(key, message.str())});
+}
+
+std::string to_toml(const Config& config) {
+  std::ostringstream out;
+  out << "# Resolved moerl configuration";
+  if (!config.source_path.empty()) out << " (from " << config.source_path << ")";
+  out << "\n";
+  for (const SectionSpec& section : all_sections()) {
+    out << "\n[" << section.name << "]\n";
+    const void* values = section.locate_const(config);
+    for (const FieldSpec& field : section.fields) {
+      std::string line = field.key + " = " + field.literal(values);
+      const bool is_default = !config.origins.count(section.name + "." + field.key);
+      out << line;
+      if (is_default) out << std::string(line.size() < 36 ? 36 - line.size() : 1, ' ') << "# default";
+      out << "\n";
+    }
+  }
+  return out.str();
+}
+
+std::uint64_t config_fingerprint(const Config& config) {
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a, 64 bit
+  auto mix = [&hash](const std::string& text) {
+    for (unsigned char c : text) {
+      hash ^= c;
+      hash *= 1099511628211ull;
+    }
+  };
+  for (const SectionSpec& section : all_sections()) {
+    const void* values = section.locate_const(config);
+    for (const FieldSpec& field : section.fields) mix(section.name + "." + field.key + "=" + field.literal(values) + "\n");
+  }
+  return hash;
+}
+
+std::string reference_markdown() {
+  const Config defaults;
+  std::ostringstream out;
+  out << "# Configuration reference\n\n"
+      << "Generated by `moerl config reference`. Every key can be set in the TOML file or with\n"
+      << "`--set section.key=value`; unknown keys, wrong types and out-of-range values are\n"
+      << "errors naming the file, line and key (exit status 2).\n";
+  for (const SectionSpec& section : all_sections()) {
+    out << "\n## [" << section.name << "]\n\n" << section.doc << "\n\n"
+        << "| key | type | default | range | meaning |\n|---|---|---|---|---|\n";
+    const void* values = section.locate_const(defaults);
+    for (const FieldSpec& field : section.fields) {
+      std::ostringstream range;
+      if (field.minimum) range << (field.minimum_exclusive ? "> " : ">= ") << *field.minimum;
+      if (field.maximum) range << (field.minimum ? ", " : "") << "<= " << *field.maximum;
+      out << "| `" << field.key << "` | " << field.type_name << " | `" << field.literal(values)
+          << "` | " << range.str() << " | " << field.doc << " |\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace moerl::config

@@ -1,0 +1,44 @@
+#include "moerl/core/error.h"
+
+#include <mpi.h>
+
+#include <sstream>
+
+namespace moerl {
+
+int world_rank_or_unknown() {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) return -1;
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+std::string located_message(const char* file, int line, const std::string& message) {
+  std::ostringstream out;
+  const int rank = world_rank_or_unknown();
+  if (rank >= 0) out << "rank " << rank << ": ";
+  out << message << " (at " << file << ":" << line << ")";
+  return out.str();
+}
+
+BackendError::BackendError(const std::string& backend, const std::string& operation,
+                           const std::string& detail, const char* file, int line)
+    : Error(located_message(file, line, backend + " call " + operation + " failed: " + detail)),
+      backend_(backend) {}
+
+void throw_check_failure(const char* file, int line, const char* condition,
+                         const std::string& message) {
+  throw Error(located_message(file, line, message + " [check: " + condition + "]"));
+}
+
+void throw_mpi_failure(const char* file, int line, const char* operation, int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw BackendError("MPI", operation, std::string(text, length), file, line);
+}
+
+}  // namespace moerl

@@ -1,0 +1,259 @@
+#include "moerl/model/policy.h"
+
+#include <cmath>
+
+#include "moerl/core/error.h"
+
+namespace moerl::model {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void replace_first(std::string& s, const std::string& from, const std::string& to) {
+  const auto pos = s.find(from);
+  if (pos != std::string::npos) s.replace(pos, from.size(), to);
+}
+
+}  // namespace
+
+torch::Tensor PolicyOutput::unpack(const torch::Tensor& packed, double fill) const {
+  MOERL_CHECK(packed.dim() >= 1 && packed.size(0) == token_index.size(0),
+              "PolicyOutput::unpack: expected " + std::to_string(token_index.size(0)) +
+                  " packed rows, got " + (packed.dim() ? std::to_string(packed.size(0)) : "a scalar"));
+  std::vector<std::int64_t> flat_shape{batch * max_new};
+  std::vector<std::int64_t> shape{batch, max_new};
+  for (std::int64_t d = 1; d < packed.dim(); ++d) {
+    flat_shape.push_back(packed.size(d));
+    shape.push_back(packed.size(d));
+  }
+  return torch::full(flat_shape, fill, packed.options())
+      .index_copy(0, token_index, packed)
+      .view(shape);
+}
+
+// ---------------------------------------------------------------- layer
+
+DecoderLayerImpl::DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe,
+                                   std::int64_t index)
+    : layer_index(index) {
+  input_layernorm = register_module("input_layernorm", RMSNorm(model.d_model, model.norm_eps));
+  self_attn = register_module("self_attn", Attention(model));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(model.d_model, model.norm_eps));
+  if (moe.enabled && index >= moe.first_dense_layers) {
+    moe_mlp = register_module("mlp", moe::MoeFeedForward(model, moe));
+  } else {
+    dense_mlp = register_module("mlp", SwiGluFeedForward(model.d_model, model.d_ff));
+  }
+}
+
+DecoderLayerOutput DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionBatch& batch,
+                                             KVCache* cache, const torch::Tensor& forced_experts) {
+  DecoderLayerOutput out;
+  const torch::Tensor h = x + self_attn(input_layernorm(x), batch, cache, layer_index);
+  const torch::Tensor normed = post_attention_layernorm(h);
+  if (is_moe()) {
+    out.moe = moe_mlp->forward(normed, forced_experts);
+    out.has_moe = true;
+    out.hidden = h + out.moe.hidden;
+  } else {
+    out.hidden = h + dense_mlp(normed);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- policy
+
+PolicyImpl::PolicyImpl(const config::ModelSection& model, const config::MoeSection& moe)
+    : model_(model), moe_(moe) {
+  MOERL_CHECK(model.vocab_size > 0 && model.d_model > 0 && model.num_layers > 0,
+              "model.vocab_size, model.d_model and model.num_layers must be positive");
+  MOERL_CHECK(model.max_seq_len > 0, "model.max_seq_len must be positive");
+  if (moe.enabled) {
+    MOERL_CHECK(moe.first_dense_layers >= 0, "moe.first_dense_layers must be >= 0");
+    MOERL_CHECK(moe.top_k >= 1 && moe.top_k <= moe.num_experts,
+                "moe.top_k (" + std::to_string(moe.top_k) + ") must be in [1, moe.num_experts = " +
+                    std::to_string(moe.num_experts) + "]");
+  }
+  embed_tokens = register_module(
+      "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(model.vocab_size, model.d_model)));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t l = 0; l < model.num_layers; ++l) {
+    DecoderLayer layer(model, moe, l);
+    layers->push_back(layer);
+    decoder_layers.push_back(layer);
+    if (layer->is_moe()) moe_layers_.push_back(l);
+  }
+  norm = register_module("norm", RMSNorm(model.d_model, model.norm_eps));
+  if (!model.tie_embeddings) {
+    lm_head = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, model.vocab_size).bias(false)));
+  }
+  reset_parameters();
+}
+
+void PolicyImpl::reset_parameters() {
+  torch::NoGradGuard no_grad;
+  const double std_dev = model_.init_std;
+  const double residual_std = std_dev / std::sqrt(2.0 * static_cast<double>(model_.num_layers));
+  for (auto& item : named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    if (p.dim() < 2) {
+      // RMSNorm weights (and any bias a submodule may add).
+      if (ends_with(name, "norm.weight")) {
+        p.fill_(1.0);
+      } else {
+        p.zero_();
+      }
+      continue;
+    }
+    // Residual branch outputs: each layer adds two of them to the stream;
+    // scaling keeps the stream's variance from growing with depth.
+    const bool residual_output = ends_with(name, "o_proj.weight") ||
+                                 ends_with(name, "down_proj.weight") || ends_with(name, "down_proj");
+    p.normal_(0.0, residual_output ? residual_std : std_dev);
+  }
+}
+
+KVCache PolicyImpl::make_cache(std::int64_t initial_slots, std::int64_t initial_capacity) const {
+  const torch::Tensor& w = embed_tokens->weight;
+  return KVCache(model_, w.options().requires_grad(false), initial_slots, initial_capacity);
+}
+
+std::vector<std::int64_t> PolicyImpl::row_lengths(const torch::Tensor& tokens,
+                                                  const torch::Tensor& lengths) const {
+  MOERL_CHECK(tokens.dim() == 2, "policy: tokens must be [B, S], got " + std::to_string(tokens.dim()) + " dims");
+  MOERL_CHECK(tokens.scalar_type() == torch::kLong, "policy: tokens must be int64");
+  const std::int64_t rows = tokens.size(0);
+  const std::int64_t width = tokens.size(1);
+  if (!lengths.defined()) return std::vector<std::int64_t>(static_cast<std::size_t>(rows), width);
+  MOERL_CHECK(lengths.dim() == 1 && lengths.size(0) == rows,
+              "policy: lengths must be [B] with B = " + std::to_string(rows));
+  const torch::Tensor host = lengths.to(torch::kCPU, torch::kLong).contiguous();
+  const std::int64_t* data = host.data_ptr<std::int64_t>();
+  return std::vector<std::int64_t>(data, data + rows);
+}
+
+PolicyOutput PolicyImpl::forward(const torch::Tensor& tokens, const torch::Tensor& lengths,
+                                 const torch::Tensor& forced_experts) {
+  const std::vector<std::int64_t> lens = row_lengths(tokens, lengths);
+  MOERL_CHECK(tokens.size(1) <= model_.max_seq_len,
+              "policy: sequence width " + std::to_string(tokens.size(1)) +
+                  " exceeds model.max_seq_len = " + std::to_string(model_.max_seq_len));
+  const AttentionBatch batch = AttentionBatch::make(
+      lens, std::vector<std::int64_t>(lens.size(), 0), {}, tokens.size(1), tokens.device());
+  return run(tokens, batch, nullptr, forced_experts);
+}
+
+PolicyOutput PolicyImpl::forward_cached(const torch::Tensor& tokens, const torch::Tensor& lengths,
+                                        KVCache& cache, const std::vector<SequenceId>& sequences,
+                                        const torch::Tensor& forced_experts) {
+  const std::vector<std::int64_t> lens = row_lengths(tokens, lengths);
+  MOERL_CHECK(lens.size() == sequences.size(),
+              "policy: " + std::to_string(lens.size()) + " token rows but " +
+                  std::to_string(sequences.size()) + " sequence ids");
+  MOERL_CHECK(cache.num_layers() == model_.num_layers, "policy: KV cache built for another model");
+  const std::vector<std::int64_t> slots = cache.slots_of(sequences);
+  const std::vector<std::int64_t> past = cache.lengths_of(sequences);
+  std::int64_t max_total = 0;
+  for (std::size_t b = 0; b < lens.size(); ++b) max_total = std::max(max_total, past[b] + lens[b]);
+  cache.reserve(max_total);
+  const AttentionBatch batch = AttentionBatch::make(lens, past, slots, tokens.size(1), tokens.device());
+  PolicyOutput out = run(tokens, batch, &cache, forced_experts);
+  cache.advance(sequences, lens);  // only after the whole step succeeded
+  return out;
+}
+
+PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& batch, KVCache* cache,
+                             const torch::Tensor& forced_experts) {
+  const std::int64_t T = batch.tokens;
+  const std::int64_t num_moe = num_moe_layers();
+  if (forced_experts.defined()) {
+    MOERL_CHECK(num_moe > 0, "policy: forced_experts given but the model has no MoE layer");
+    MOERL_CHECK(forced_experts.dim() == 3 && forced_experts.size(0) == T &&
+                    forced_experts.size(1) == num_moe && forced_experts.size(2) == moe_.top_k,
+                "policy: forced_experts must be [T, moe_layers, top_k] = [" + std::to_string(T) + ", " +
+                    std::to_string(num_moe) + ", " + std::to_string(moe_.top_k) + "], got " +
+                    std::to_string(forced_experts.dim()) + " dims");
+  }
+  const torch::Tensor ids = tokens.reshape({-1}).index_select(0, batch.token_index);  // [T]
+  {
+    const std::int64_t lo = ids.min().item<std::int64_t>();
+    const std::int64_t hi = ids.max().item<std::int64_t>();
+    MOERL_CHECK(lo >= 0 && hi < model_.vocab_size,
+                "policy: token ids span [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                    "], outside the vocabulary [0, " + std::to_string(model_.vocab_size) + ")");
+  }
+  PolicyOutput out;
+  out.batch = batch.batch;
+  out.max_new = batch.max_new;
+  out.token_index = batch.token_index;
+  {
+    // Packed index of each row's last token: rows are laid out back to back.
+    std::vector<std::int64_t> last(static_cast<std::size_t>(batch.batch));
+    const torch::Tensor rows = batch.token_row.to(torch::kCPU);
+    const std::int64_t* r = rows.data_ptr<std::int64_t>();
+    for (std::int64_t t = 0; t < T; ++t) last[static_cast<std::size_t>(r[t])] = t;
+    out.last_token = torch::tensor(last, torch::TensorOptions().dtype(torch::kLong)).to(tokens.device());
+  }
+
+  torch::Tensor h = embed_tokens(ids);  // [T, d_model]
+  std::vector<torch::Tensor> indices;
+  torch::Tensor aux = torch::zeros({}, h.options());
+  std::int64_t m = 0;
+  for (auto& layer : decoder_layers) {
+    torch::Tensor forced;
+    if (forced_experts.defined() && layer->is_moe()) forced = forced_experts.select(1, m).contiguous();
+    DecoderLayerOutput step = layer->forward(h, batch, cache, forced);
+    h = step.hidden;
+    if (step.has_moe) {
+      indices.push_back(step.moe.expert_indices);
+      aux = aux + step.moe.aux_loss;
+      out.router_stats.push_back(std::move(step.moe.stats));
+      ++m;
+    }
+  }
+  out.hidden = norm(h);
+  out.logits = lm_head.is_empty() ? torch::nn::functional::linear(out.hidden, embed_tokens->weight)
+                                  : lm_head(out.hidden);
+  if (!indices.empty()) out.expert_indices = torch::stack(indices, 1);  // [T, moe_layers, top_k]
+  out.aux_loss = aux;
+  return out;
+}
+
+// ---------------------------------------------------------------- checkpoint names
+
+std::vector<std::string> hf_checkpoint_names(const std::string& parameter_name,
+                                             std::int64_t num_experts, CheckpointFamily family) {
+  const bool mixtral = family == CheckpointFamily::CheckpointMixtral;
+  if (parameter_name == "lm_head.weight") return {parameter_name};
+  std::string name = "model." + parameter_name;
+  const bool moe_param = name.find(".mlp.gate.") != std::string::npos ||
+                         name.find(".mlp.experts.") != std::string::npos ||
+                         name.find(".mlp.shared_expert.") != std::string::npos;
+  if (!moe_param) return {name};  // embed, norms, attention, dense mlp: same names
+  if (mixtral) {
+    MOERL_CHECK(name.find(".mlp.shared_expert.") == std::string::npos,
+                "Mixtral checkpoints have no shared expert: " + parameter_name);
+    replace_first(name, ".mlp.", ".block_sparse_moe.");
+  }
+  const auto experts_pos = name.find(".experts.");
+  if (experts_pos == std::string::npos) return {name};
+  // Stacked experts: layers.N.mlp.experts.<proj> -> one name per expert.
+  const std::string prefix = name.substr(0, experts_pos + 9);  // "...experts."
+  std::string proj = name.substr(experts_pos + 9);
+  if (mixtral) {
+    if (proj == "gate_proj") proj = "w1";
+    else if (proj == "down_proj") proj = "w2";
+    else if (proj == "up_proj") proj = "w3";
+  }
+  std::vector<std::string> names;
+  for (std::int64_t e = 0; e < num_experts; ++e) names.push_back(prefix + std::to_string(e) + "." + proj + ".weight");
+  return names;
+}
+
+}  // namespace moerl::model

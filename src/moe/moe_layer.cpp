@@ -1,0 +1,178 @@
+// The MoE feed-forward module and its per-expert-loop reference.
+
+#include "moerl/moe/moe_layer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "moerl/moe/moe_ops.h"
+
+namespace moerl::moe {
+namespace {
+
+// Down projections are scaled by 1/sqrt(2*num_layers): each layer adds two
+// residual branches, and this keeps the residual stream's variance flat at
+// init (GPT-2 style), which small models need to train stably.
+double down_std(const config::ModelSection& model) {
+  return model.init_std / std::sqrt(2.0 * static_cast<double>(std::max<std::int64_t>(model.num_layers, 1)));
+}
+
+torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& wg, const torch::Tensor& wu,
+                     const torch::Tensor& wd) {
+  return torch::matmul(torch::silu(torch::matmul(x, wg.t())) * torch::matmul(x, wu.t()), wd.t());
+}
+
+RouterStats stats_from_loads(std::vector<std::int64_t> loads, std::int64_t dropped) {
+  RouterStats s;
+  s.tokens_per_expert = std::move(loads);
+  s.dropped_tokens = dropped;
+  double total = 0, max_load = 0;
+  for (auto v : s.tokens_per_expert) {
+    total += static_cast<double>(v);
+    max_load = std::max(max_load, static_cast<double>(v));
+  }
+  const auto experts = static_cast<double>(s.tokens_per_expert.size());
+  if (total > 0) {
+    s.imbalance = max_load / (total / experts);
+    for (auto v : s.tokens_per_expert) {
+      if (v > 0) {
+        const double p = static_cast<double>(v) / total;
+        s.load_entropy -= p * std::log(p);
+      }
+    }
+  }
+  return s;
+}
+
+std::vector<std::int64_t> to_vector(const torch::Tensor& t) {
+  auto c = t.to(torch::kCPU, torch::kInt64).contiguous();
+  const auto* p = c.data_ptr<std::int64_t>();
+  return std::vector<std::int64_t>(p, p + c.numel());
+}
+
+void check_input(const torch::Tensor& x, std::int64_t d_model) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == d_model, "moe: input must be [T, d_model=", d_model,
+              "], got ", x.sizes());
+}
+
+}  // namespace
+
+std::int64_t expert_capacity(const config::MoeSection& moe, std::int64_t num_tokens) {
+  if (moe.capacity_factor <= 0) return -1;
+  return static_cast<std::int64_t>(std::ceil(moe.capacity_factor * static_cast<double>(num_tokens) *
+                                             static_cast<double>(moe.top_k) /
+                                             static_cast<double>(moe.num_experts)));
+}
+
+MoeExpertsImpl::MoeExpertsImpl(std::int64_t num_experts, std::int64_t d_model,
+                               std::int64_t d_expert) {
+  gate_proj = register_parameter("gate_proj", torch::empty({num_experts, d_expert, d_model}));
+  up_proj = register_parameter("up_proj", torch::empty({num_experts, d_expert, d_model}));
+  down_proj = register_parameter("down_proj", torch::empty({num_experts, d_model, d_expert}));
+}
+
+SwiGluImpl::SwiGluImpl(std::int64_t d_model, std::int64_t d_hidden) {
+  auto lin = [](std::int64_t in, std::int64_t out) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  };
+  gate_proj = register_module("gate_proj", lin(d_model, d_hidden));
+  up_proj = register_module("up_proj", lin(d_model, d_hidden));
+  down_proj = register_module("down_proj", lin(d_hidden, d_model));
+}
+
+torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
+  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
+}
+
+MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model,
+                                       const config::MoeSection& moe)
+    : moe_(moe), d_model_(model.d_model) {
+  TORCH_CHECK(moe.num_experts >= 1 && moe.top_k >= 1 && moe.top_k <= moe.num_experts,
+              "moe: need 1 <= top_k (", moe.top_k, ") <= num_experts (", moe.num_experts, ")");
+  TORCH_CHECK(moe.d_expert >= 1 && model.d_model >= 1, "moe: d_expert and d_model must be >= 1");
+  TORCH_CHECK(moe.block_size >= 1, "moe: block_size must be >= 1, got ", moe.block_size);
+  gate = register_module(
+      "gate", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, moe.num_experts).bias(false)));
+  experts = register_module("experts", MoeExperts(moe.num_experts, model.d_model, moe.d_expert));
+  if (moe.shared_experts > 0) {
+    shared_expert = register_module("shared_expert",
+                                    SwiGlu(model.d_model, moe.shared_experts * moe.d_expert));
+  }
+  torch::NoGradGuard no_grad;
+  const double std_in = model.init_std, std_out = down_std(model);
+  gate->weight.normal_(0, std_in);
+  experts->gate_proj.normal_(0, std_in);
+  experts->up_proj.normal_(0, std_in);
+  experts->down_proj.normal_(0, std_out);
+  if (shared_expert) {
+    shared_expert->gate_proj->weight.normal_(0, std_in);
+    shared_expert->up_proj->weight.normal_(0, std_in);
+    shared_expert->down_proj->weight.normal_(0, std_out);
+  }
+}
+
+MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x, const torch::Tensor& forced_experts) {
+  check_input(x, d_model_);
+  const std::int64_t tokens = x.size(0);
+  auto logits = gate(x);  // [T,E]
+  RouteResult r = route(logits, moe_, forced_experts);
+  RoutePlan plan = make_route_plan(r.expert_indices, moe_.num_experts,
+                                   expert_capacity(moe_, tokens), moe_.block_size);
+  auto rows = dispatch(x, plan);                                            // [R, d_model]
+  auto expert_out = grouped_swiglu(rows, experts->gate_proj, experts->up_proj,
+                                   experts->down_proj, plan);               // [R, d_model]
+  MoeOutput out;
+  out.hidden = combine(expert_out, r.gates.to(x.scalar_type()), plan);     // [T, d_model]
+  if (shared_expert) out.hidden = out.hidden + shared_expert->forward(x);
+  out.expert_indices = r.expert_indices;
+  out.aux_loss = (moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss)
+                     .to(x.scalar_type());
+  // Statistics are host values: one small device-to-host copy per forward,
+  // after all the launches of the layer have been queued.
+  auto counters = torch::cat({plan.routed, plan.dropped});
+  auto host = to_vector(counters);
+  const std::int64_t dropped = host.back();
+  host.pop_back();
+  out.stats = stats_from_loads(std::move(host), dropped);
+  return out;
+}
+
+MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& x,
+                                const torch::Tensor& forced_experts) {
+  const auto& moe = layer.moe_config();
+  check_input(x, layer.gate->weight.size(1));
+  const std::int64_t tokens = x.size(0);
+  auto logits = layer.gate(x);
+  RouteResult r = route(logits, moe, forced_experts);
+  const std::int64_t capacity = expert_capacity(moe, tokens);
+  auto gates = r.gates.to(x.scalar_type());
+  auto y = torch::zeros_like(x);
+  std::vector<std::int64_t> loads(moe.num_experts, 0);
+  std::int64_t dropped = 0;
+  for (std::int64_t e = 0; e < moe.num_experts; ++e) {
+    auto hit = (r.expert_indices == e).nonzero();  // [n,2] (token, slot), row-major order
+    const std::int64_t n = hit.size(0);
+    loads[e] = n;
+    if (n == 0) continue;
+    if (capacity >= 0 && n > capacity) {
+      dropped += n - capacity;
+      hit = hit.narrow(0, 0, capacity);
+      if (capacity == 0) continue;
+    }
+    auto token = hit.select(1, 0), slot = hit.select(1, 1);
+    auto xs = x.index_select(0, token);
+    auto ys = swiglu(xs, layer.experts->gate_proj[e], layer.experts->up_proj[e],
+                     layer.experts->down_proj[e]);
+    auto w = gates.index({token, slot}).unsqueeze(1);
+    y = y.index_add(0, token, ys * w);
+  }
+  MoeOutput out;
+  out.hidden = layer.shared_expert ? y + layer.shared_expert->forward(x) : y;
+  out.expert_indices = r.expert_indices;
+  out.aux_loss = (moe.aux_loss_weight * r.balance_loss + moe.z_loss_weight * r.z_loss)
+                     .to(x.scalar_type());
+  out.stats = stats_from_loads(std::move(loads), dropped);
+  return out;
+}
+
+}  // namespace moerl::moe

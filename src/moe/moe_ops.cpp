@@ -1,0 +1,561 @@
+// LibTorch adapters and autograd Functions of the MoE operators. Each adapter
+// checks dims, dtype, device and contiguity, dispatches on dtype and makes one
+// launcher call into moerl_kernels (CUDA) or splits work across threads with
+// at::parallel_for (CPU).
+
+#include "moerl/moe/moe_ops.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "moerl_kernels/moe.h"
+
+// Torch's own CUDA API (current stream, device guard) exists only when the
+// LibTorch we build against was built with CUDA; its generated CUDA macro
+// header is the marker. Debian's CPU-only LibTorch ships c10/cuda headers but
+// not that one. Without it CUDA tensors cannot exist, and the default stream
+// is used for the (then unreachable) CUDA branch.
+#if defined(MOERL_WITH_CUDA) && __has_include(<c10/cuda/impl/cuda_cmake_macros.h>)
+#define MOERL_MOE_TORCH_CUDA 1
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace moerl::moe {
+namespace {
+
+namespace k = moerl::kernels;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void check_int64_vector(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.defined() && t.scalar_type() == torch::kInt64 && t.is_contiguous(),
+              "moe: ", name, " must be a contiguous int64 tensor");
+}
+
+void check_rows(const torch::Tensor& t, const char* name, std::int64_t rows) {
+  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows, "moe: ", name, " must be [", rows,
+              ", H], got ", t.sizes());
+  TORCH_CHECK(t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble,
+              "moe: ", name, " must be float or double, got ", t.scalar_type());
+}
+
+#ifdef MOERL_WITH_CUDA
+void check_cuda(cudaError_t err, const char* what) {
+  TORCH_CHECK(err == cudaSuccess, "moe: CUDA ", what, " failed: ", cudaGetErrorString(err));
+}
+
+cudaStream_t stream_of(const torch::Tensor& t) {
+#ifdef MOERL_MOE_TORCH_CUDA
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+#else
+  (void)t;
+  return nullptr;  // legacy default stream
+#endif
+}
+
+void check_cuda_float(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.scalar_type() == torch::kFloat, "moe: CUDA ", name,
+              " must be float32, got ", t.scalar_type());
+}
+
+// Makes t's device current for the launches of this scope.
+struct DeviceScope {
+#ifdef MOERL_MOE_TORCH_CUDA
+  explicit DeviceScope(const torch::Tensor& t) : guard(t.device()) {}
+  c10::cuda::CUDAGuard guard;
+#else
+  explicit DeviceScope(const torch::Tensor&) {}
+#endif
+};
+#endif
+
+#ifndef MOERL_WITH_CUDA
+[[noreturn]] void no_cuda_build(const char* op) {
+  TORCH_CHECK(false, "moe: ", op, " got a CUDA tensor but moerl was built without CUDA kernels");
+}
+#endif
+
+// Grain for row-parallel loops: enough work per chunk to amortise a task.
+std::int64_t row_grain(std::int64_t hidden) {
+  return std::max<std::int64_t>(1, 16384 / std::max<std::int64_t>(hidden, 1));
+}
+
+// ---- raw launches (no autograd) -------------------------------------------
+
+// out[r] = w[row_source[r]] * x[row_source[r]/k]
+torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& row_source,
+                          const torch::Tensor& weights, std::int64_t top_k) {
+  const std::int64_t tokens = x.size(0), hidden = x.size(1), rows = row_source.size(0);
+  auto out = torch::empty({rows, hidden}, x.options());
+  if (rows == 0 || hidden == 0) return out.zero_();
+  if (x.is_cuda()) {
+#ifdef MOERL_WITH_CUDA
+    check_cuda_float(x, "dispatch input");
+    DeviceScope scope(x);
+    check_cuda(k::moe_dispatch_cuda(x.data_ptr<float>(), row_source.data_ptr<std::int64_t>(),
+                                    weights.defined() ? weights.data_ptr<float>() : nullptr,
+                                    tokens, top_k, hidden, rows, out.data_ptr<float>(),
+                                    stream_of(x)),
+               "moe_dispatch");
+    return out;
+#else
+    no_cuda_build("dispatch");
+#endif
+  }
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_gather_rows", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const std::int64_t* src = row_source.data_ptr<std::int64_t>();
+    const scalar_t* wp = weights.defined() ? weights.data_ptr<scalar_t>() : nullptr;
+    scalar_t* op = out.data_ptr<scalar_t>();
+    at::parallel_for(0, rows, row_grain(hidden), [&](std::int64_t b, std::int64_t e) {
+      k::moe_dispatch_cpu<scalar_t>(xp, src + b, wp, tokens, top_k, hidden, e - b,
+                                    op + b * hidden);
+    });
+  });
+  return out;
+}
+
+// y[t] = sum_j w[t*k+j] * src[dest_row[t*k+j]]
+torch::Tensor scatter_sum(const torch::Tensor& src, const torch::Tensor& dest_row,
+                          const torch::Tensor& weights, std::int64_t tokens, std::int64_t top_k) {
+  const std::int64_t hidden = src.size(1);
+  auto y = torch::empty({tokens, hidden}, src.options());
+  if (tokens == 0 || hidden == 0) return y.zero_();
+  if (src.is_cuda()) {
+#ifdef MOERL_WITH_CUDA
+    check_cuda_float(src, "combine input");
+    DeviceScope scope(src);
+    check_cuda(k::moe_combine_cuda(src.data_ptr<float>(), dest_row.data_ptr<std::int64_t>(),
+                                   weights.defined() ? weights.data_ptr<float>() : nullptr,
+                                   tokens, top_k, hidden, y.data_ptr<float>(), stream_of(src)),
+               "moe_combine");
+    return y;
+#else
+    no_cuda_build("combine");
+#endif
+  }
+  AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "moe_scatter_sum", [&] {
+    const scalar_t* sp = src.data_ptr<scalar_t>();
+    const std::int64_t* dest = dest_row.data_ptr<std::int64_t>();
+    const scalar_t* wp = weights.defined() ? weights.data_ptr<scalar_t>() : nullptr;
+    scalar_t* yp = y.data_ptr<scalar_t>();
+    at::parallel_for(0, tokens, row_grain(hidden * top_k), [&](std::int64_t b, std::int64_t e) {
+      k::moe_combine_cpu<scalar_t>(sp, dest + b * top_k, wp ? wp + b * top_k : nullptr, e - b,
+                                   top_k, hidden, yp + b * hidden);
+    });
+  });
+  return y;
+}
+
+// grad_w[a] = <grad_y[a/k], src[dest_row[a]]>
+torch::Tensor gate_grad(const torch::Tensor& grad_y, const torch::Tensor& src,
+                        const torch::Tensor& dest_row, std::int64_t top_k) {
+  const std::int64_t tokens = grad_y.size(0), hidden = grad_y.size(1);
+  auto grad_w = torch::empty({tokens, top_k}, grad_y.options());
+  if (tokens == 0 || top_k == 0) return grad_w;
+  if (grad_y.is_cuda()) {
+#ifdef MOERL_WITH_CUDA
+    DeviceScope scope(grad_y);
+    check_cuda(k::moe_combine_gate_grad_cuda(grad_y.data_ptr<float>(), src.data_ptr<float>(),
+                                             dest_row.data_ptr<std::int64_t>(), tokens, top_k,
+                                             hidden, grad_w.data_ptr<float>(), stream_of(grad_y)),
+               "moe_combine_gate_grad");
+    return grad_w;
+#else
+    no_cuda_build("combine backward");
+#endif
+  }
+  AT_DISPATCH_FLOATING_TYPES(grad_y.scalar_type(), "moe_gate_grad", [&] {
+    const scalar_t* gp = grad_y.data_ptr<scalar_t>();
+    const scalar_t* sp = src.data_ptr<scalar_t>();
+    const std::int64_t* dest = dest_row.data_ptr<std::int64_t>();
+    scalar_t* wp = grad_w.data_ptr<scalar_t>();
+    at::parallel_for(0, tokens, row_grain(hidden * top_k), [&](std::int64_t b, std::int64_t e) {
+      k::moe_combine_gate_grad_cpu<scalar_t>(gp + b * hidden, sp, dest + b * top_k, e - b, top_k,
+                                             hidden, wp + b * top_k);
+    });
+  });
+  return grad_w;
+}
+
+// ---- autograd Functions ---------------------------------------------------
+
+class DispatchFunction : public torch::autograd::Function<DispatchFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& dest_row, const torch::Tensor& row_source,
+                               std::int64_t top_k) {
+    ctx->save_for_backward({dest_row});
+    ctx->saved_data["top_k"] = top_k;
+    ctx->saved_data["tokens"] = x.size(0);
+    return gather_rows(x, row_source, torch::Tensor(), top_k);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const std::int64_t top_k = ctx->saved_data["top_k"].toInt();
+    const std::int64_t tokens = ctx->saved_data["tokens"].toInt();
+    auto grad_x = scatter_sum(grads[0].contiguous(), saved[0], torch::Tensor(), tokens, top_k);
+    return {grad_x, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+class CombineFunction : public torch::autograd::Function<CombineFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& expert_out,
+                               const torch::Tensor& gates, const torch::Tensor& dest_row,
+                               const torch::Tensor& row_source) {
+    ctx->save_for_backward({expert_out, gates, dest_row, row_source});
+    const std::int64_t tokens = gates.size(0), top_k = gates.size(1);
+    return scatter_sum(expert_out, dest_row, gates, tokens, top_k);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& expert_out = saved[0];
+    const auto& gates = saved[1];
+    const std::int64_t top_k = gates.size(1);
+    auto grad_y = grads[0].contiguous();
+    torch::Tensor grad_out, grad_gates;
+    if (ctx->needs_input_grad(0)) grad_out = gather_rows(grad_y, saved[3], gates, top_k);
+    if (ctx->needs_input_grad(1)) grad_gates = gate_grad(grad_y, expert_out, saved[2], top_k);
+    return {grad_out, grad_gates, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// CPU grouped SwiGLU. Work items are (expert, row block) for the forward; the
+// backward goes per expert because the weight gradients of one expert sum
+// over all its rows (one writer per expert, no atomics, deterministic).
+struct Segment {
+  std::int64_t expert, begin, end;
+};
+
+std::vector<Segment> cpu_segments(const torch::Tensor& offsets, std::int64_t experts,
+                                  std::int64_t block_rows) {
+  const std::int64_t* off = offsets.data_ptr<std::int64_t>();
+  std::vector<Segment> out;
+  for (std::int64_t e = 0; e < experts; ++e) {
+    for (std::int64_t b = off[e]; b < off[e + 1]; b += block_rows) {
+      out.push_back({e, b, std::min(off[e + 1], b + block_rows)});
+    }
+  }
+  return out;
+}
+
+template <typename scalar_t>
+void silu_mul(const scalar_t* g, const scalar_t* u, scalar_t* h, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const scalar_t s = scalar_t(1) / (scalar_t(1) + std::exp(-g[i]));
+    h[i] = g[i] * s * u[i];
+  }
+}
+
+// From dH, G, U: dG = dH*u*silu'(g) written over dH's buffer copy, dU = dH*silu(g).
+template <typename scalar_t>
+void silu_mul_backward(const scalar_t* dh, const scalar_t* g, const scalar_t* u, scalar_t* dg,
+                       scalar_t* du, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const scalar_t s = scalar_t(1) / (scalar_t(1) + std::exp(-g[i]));
+    const scalar_t silu = g[i] * s;
+    du[i] = dh[i] * silu;
+    dg[i] = dh[i] * u[i] * s * (scalar_t(1) + g[i] * (scalar_t(1) - s));
+  }
+}
+
+struct SwiGluActivations {
+  torch::Tensor gate_pre, up, act, out;  // [rows,D] x3, [rows,H]
+};
+
+SwiGluActivations swiglu_forward_cpu(const torch::Tensor& x, const torch::Tensor& wg,
+                                     const torch::Tensor& wu, const torch::Tensor& wd,
+                                     const torch::Tensor& offsets, std::int64_t experts) {
+  const std::int64_t rows = x.size(0), hidden = x.size(1), d_expert = wg.size(1);
+  SwiGluActivations a;
+  a.gate_pre = torch::zeros({rows, d_expert}, x.options());
+  a.up = torch::zeros({rows, d_expert}, x.options());
+  a.act = torch::zeros({rows, d_expert}, x.options());
+  a.out = torch::zeros({rows, hidden}, x.options());
+  // Blocks of ~128 rows keep BLAS efficient while giving threads enough items.
+  const auto segs = cpu_segments(offsets, experts, 128);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_swiglu_fwd", [&] {
+    at::parallel_for(0, static_cast<std::int64_t>(segs.size()), 1,
+                     [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        const Segment& s = segs[i];
+        const std::int64_t n = s.end - s.begin;
+        auto xs = x.narrow(0, s.begin, n);
+        auto gs = a.gate_pre.narrow(0, s.begin, n);
+        auto us = a.up.narrow(0, s.begin, n);
+        auto hs = a.act.narrow(0, s.begin, n);
+        auto ys = a.out.narrow(0, s.begin, n);
+        at::mm_out(gs, xs, wg.select(0, s.expert).t());
+        at::mm_out(us, xs, wu.select(0, s.expert).t());
+        silu_mul<scalar_t>(gs.data_ptr<scalar_t>(), us.data_ptr<scalar_t>(),
+                           hs.data_ptr<scalar_t>(), n * d_expert);
+        at::mm_out(ys, hs, wd.select(0, s.expert).t());
+      }
+    });
+  });
+  return a;
+}
+
+#ifdef MOERL_WITH_CUDA
+torch::Tensor gemm_cuda(char form, const torch::Tensor& a, const torch::Tensor& b,
+                        const torch::Tensor& offsets, std::int64_t experts, std::int64_t n,
+                        std::int64_t kdim) {
+  const std::int64_t rows = a.size(0);
+  const auto* off = offsets.data_ptr<std::int64_t>();
+  cudaStream_t stream = stream_of(a);
+  torch::Tensor c;
+  cudaError_t err = cudaSuccess;
+  if (form == 't') {
+    c = torch::empty({experts, n, kdim}, a.options());
+    err = k::moe_grouped_gemm_tn_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows,
+                                      experts, n, kdim, c.data_ptr<float>(), stream);
+  } else if (form == 'f') {  // forward: C [rows,N] = A [rows,K] B[e]^T
+    c = torch::empty({rows, n}, a.options());
+    err = k::moe_grouped_gemm_nt_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows,
+                                      experts, n, kdim, c.data_ptr<float>(), stream);
+  } else {  // 'n': C [rows,K] = A [rows,N] B[e]
+    c = torch::empty({rows, kdim}, a.options());
+    err = k::moe_grouped_gemm_nn_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows,
+                                      experts, n, kdim, c.data_ptr<float>(), stream);
+  }
+  check_cuda(err, "moe_grouped_gemm");
+  return c;
+}
+#endif
+
+class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& wg, const torch::Tensor& wu,
+                               const torch::Tensor& wd, const torch::Tensor& offsets) {
+    const std::int64_t experts = wg.size(0);
+    torch::Tensor g, u, h, y;
+    if (x.is_cuda()) {
+#ifdef MOERL_WITH_CUDA
+      DeviceScope scope(x);
+      const std::int64_t hidden = x.size(1), d_expert = wg.size(1);
+      g = gemm_cuda('f', x, wg, offsets, experts, d_expert, hidden);
+      u = gemm_cuda('f', x, wu, offsets, experts, d_expert, hidden);
+      h = torch::silu(g) * u;
+      y = gemm_cuda('f', h, wd, offsets, experts, hidden, d_expert);
+#else
+      no_cuda_build("grouped_swiglu");
+#endif
+    } else {
+      auto a = swiglu_forward_cpu(x, wg, wu, wd, offsets, experts);
+      g = a.gate_pre, u = a.up, h = a.act, y = a.out;
+    }
+    ctx->save_for_backward({x, wg, wu, wd, offsets, g, u, h});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const auto &x = s[0], &wg = s[1], &wu = s[2], &wd = s[3], &offsets = s[4];
+    const auto &g = s[5], &u = s[6], &h = s[7];
+    const std::int64_t experts = wg.size(0), hidden = x.size(1), d_expert = wg.size(1);
+    auto dy = grads[0].contiguous();
+    torch::Tensor dx, dwg, dwu, dwd;
+    if (x.is_cuda()) {
+#ifdef MOERL_WITH_CUDA
+      DeviceScope scope(x);
+      auto dh = gemm_cuda('n', dy, wd, offsets, experts, hidden, d_expert);
+      auto sig = torch::sigmoid(g);
+      auto du = (dh * g * sig).contiguous();
+      auto dg = (dh * u * sig * (1 + g * (1 - sig))).contiguous();
+      dwd = gemm_cuda('t', dy, h, offsets, experts, hidden, d_expert);
+      dx = gemm_cuda('n', dg, wg, offsets, experts, d_expert, hidden);
+      dx.add_(gemm_cuda('n', du, wu, offsets, experts, d_expert, hidden));
+      dwg = gemm_cuda('t', dg, x, offsets, experts, d_expert, hidden);
+      dwu = gemm_cuda('t', du, x, offsets, experts, d_expert, hidden);
+#else
+      no_cuda_build("grouped_swiglu backward");
+#endif
+    } else {
+      const std::int64_t rows = x.size(0);
+      dx = torch::zeros({rows, hidden}, x.options());
+      dwg = torch::zeros_like(wg);
+      dwu = torch::zeros_like(wu);
+      dwd = torch::zeros_like(wd);
+      auto dg_all = torch::empty({rows, d_expert}, x.options());
+      auto du_all = torch::empty({rows, d_expert}, x.options());
+      const auto segs = cpu_segments(offsets, experts, std::max<std::int64_t>(rows, 1));
+      AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_swiglu_bwd", [&] {
+        at::parallel_for(0, static_cast<std::int64_t>(segs.size()), 1,
+                         [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t i = b; i < e; ++i) {
+            const Segment& sg = segs[i];
+            const std::int64_t n = sg.end - sg.begin, ex = sg.expert;
+            auto dys = dy.narrow(0, sg.begin, n);
+            auto xs = x.narrow(0, sg.begin, n);
+            auto dgs = dg_all.narrow(0, sg.begin, n);
+            auto dus = du_all.narrow(0, sg.begin, n);
+            // dH into the dU buffer, then split into dG and dU in place.
+            at::mm_out(dus, dys, wd.select(0, ex));
+            auto dwd_e = dwd.select(0, ex), dwg_e = dwg.select(0, ex), dwu_e = dwu.select(0, ex);
+            at::mm_out(dwd_e, dys.t(), h.narrow(0, sg.begin, n));
+            silu_mul_backward<scalar_t>(dus.data_ptr<scalar_t>(),
+                                        g.narrow(0, sg.begin, n).data_ptr<scalar_t>(),
+                                        u.narrow(0, sg.begin, n).data_ptr<scalar_t>(),
+                                        dgs.data_ptr<scalar_t>(), dus.data_ptr<scalar_t>(),
+                                        n * d_expert);
+            auto dxs = dx.narrow(0, sg.begin, n);
+            at::mm_out(dxs, dgs, wg.select(0, ex));
+            dxs.addmm_(dus, wu.select(0, ex));
+            at::mm_out(dwg_e, dgs.t(), xs);
+            at::mm_out(dwu_e, dus.t(), xs);
+          }
+        });
+      });
+    }
+    return {dx, dwg, dwu, dwd, torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+// ---- public operators -----------------------------------------------------
+
+RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t experts,
+                          std::int64_t capacity, std::int64_t block_size) {
+  TORCH_CHECK(expert_indices.dim() == 2, "moe: expert_indices must be [T,k], got ",
+              expert_indices.sizes());
+  TORCH_CHECK(expert_indices.scalar_type() == torch::kInt64, "moe: expert_indices must be int64");
+  TORCH_CHECK(experts > 0 && block_size >= 1, "moe: need experts > 0 and block_size >= 1");
+  auto idx = expert_indices.contiguous();
+  RoutePlan p;
+  p.tokens = idx.size(0);
+  p.top_k = idx.size(1);
+  p.experts = experts;
+  p.rows = k::moe_permuted_rows(p.tokens, p.top_k, experts, block_size);
+  auto opts = idx.options();
+  p.routed = torch::empty({experts}, opts);
+  p.counts = torch::empty({experts}, opts);
+  p.offsets = torch::empty({experts + 1}, opts);
+  p.dest_row = torch::empty({p.tokens * p.top_k}, opts);
+  p.row_source = torch::empty({p.rows}, opts);
+  p.dropped = torch::empty({1}, opts);
+  if (idx.is_cuda()) {
+#ifdef MOERL_WITH_CUDA
+    DeviceScope scope(idx);
+    auto ws = torch::empty(
+        {static_cast<std::int64_t>(k::moe_plan_workspace_bytes(p.tokens, p.top_k, experts))},
+        idx.options().dtype(torch::kUInt8));
+    check_cuda(k::moe_plan_cuda(idx.data_ptr<std::int64_t>(), p.tokens, p.top_k, experts,
+                                capacity, block_size, p.routed.data_ptr<std::int64_t>(),
+                                p.counts.data_ptr<std::int64_t>(),
+                                p.offsets.data_ptr<std::int64_t>(),
+                                p.dest_row.data_ptr<std::int64_t>(),
+                                p.row_source.data_ptr<std::int64_t>(),
+                                p.dropped.data_ptr<std::int64_t>(), ws.data_ptr(),
+                                stream_of(idx)),
+               "moe_plan");
+#else
+    no_cuda_build("make_route_plan");
+#endif
+  } else {
+    const auto* ip = idx.data_ptr<std::int64_t>();
+    for (std::int64_t a = 0; a < p.tokens * p.top_k; ++a) {
+      TORCH_CHECK(ip[a] >= 0 && ip[a] < experts, "moe: expert index ", ip[a], " at ", a,
+                  " outside [0, ", experts, ")");
+    }
+    k::moe_plan_cpu(ip, p.tokens, p.top_k, experts, capacity, block_size,
+                    p.routed.data_ptr<std::int64_t>(), p.counts.data_ptr<std::int64_t>(),
+                    p.offsets.data_ptr<std::int64_t>(), p.dest_row.data_ptr<std::int64_t>(),
+                    p.row_source.data_ptr<std::int64_t>(), p.dropped.data_ptr<std::int64_t>());
+  }
+  return p;
+}
+
+RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe,
+                  const torch::Tensor& forced_experts) {
+  TORCH_CHECK(logits.dim() == 2, "moe: router logits must be [T,E], got ", logits.sizes());
+  const std::int64_t tokens = logits.size(0), experts = logits.size(1), top_k = moe.top_k;
+  TORCH_CHECK(top_k >= 1 && top_k <= experts, "moe: top_k=", top_k, " must be in [1, ", experts,
+              "]");
+  RouteResult r;
+  const bool forced = forced_experts.defined();
+  if (forced) {
+    TORCH_CHECK(forced_experts.dim() == 2 && forced_experts.size(0) == tokens &&
+                    forced_experts.size(1) == top_k,
+                "moe: forced_experts must be [", tokens, ", ", top_k, "], got ",
+                forced_experts.sizes());
+    r.expert_indices = forced_experts.to(logits.device(), torch::kInt64).contiguous();
+  }
+  // Router math in at least float32 so that half-precision models route stably.
+  auto lg = logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat);
+  auto probs = torch::softmax(lg, -1);  // [T,E]
+  if (moe.router == config::RouterMode::SoftmaxThenTopK) {
+    if (!forced) r.expert_indices = std::get<1>(torch::topk(probs.detach(), top_k, -1));
+    r.gates = probs.gather(1, r.expert_indices);
+    if (moe.renormalize) r.gates = r.gates / r.gates.sum(-1, true).clamp_min(1e-20);
+  } else {
+    if (!forced) r.expert_indices = std::get<1>(torch::topk(lg.detach(), top_k, -1));
+    r.gates = torch::softmax(lg.gather(1, r.expert_indices), -1);
+  }
+  r.gates = r.gates.to(logits.scalar_type()).contiguous();
+  if (tokens == 0) {
+    r.balance_loss = torch::zeros({}, lg.options());
+    r.z_loss = torch::zeros({}, lg.options());
+    return r;
+  }
+  // f_e: share of assignments per expert (no gradient, as in Switch/GShard).
+  auto load = torch::zeros({experts}, lg.options())
+                  .scatter_add_(0, r.expert_indices.reshape({-1}),
+                                torch::ones({tokens * top_k}, lg.options()));
+  auto f = load / static_cast<double>(tokens * top_k);
+  r.balance_loss = static_cast<double>(experts) * (f * probs.mean(0)).sum();
+  r.z_loss = torch::logsumexp(lg, -1).pow(2).mean();
+  return r;
+}
+
+torch::Tensor dispatch(const torch::Tensor& x, const RoutePlan& plan) {
+  check_rows(x, "dispatch input", plan.tokens);
+  check_int64_vector(plan.row_source, "row_source");
+  TORCH_CHECK(x.device() == plan.row_source.device(), "moe: dispatch input on ", x.device(),
+              " but plan on ", plan.row_source.device());
+  return DispatchFunction::apply(x.contiguous(), plan.dest_row, plan.row_source, plan.top_k);
+}
+
+torch::Tensor grouped_swiglu(const torch::Tensor& x, const torch::Tensor& w_gate,
+                             const torch::Tensor& w_up, const torch::Tensor& w_down,
+                             const RoutePlan& plan) {
+  check_rows(x, "grouped_swiglu input", plan.rows);
+  const std::int64_t hidden = x.size(1);
+  TORCH_CHECK(w_gate.dim() == 3 && w_gate.size(0) == plan.experts && w_gate.size(2) == hidden,
+              "moe: w_gate must be [E=", plan.experts, ", D, H=", hidden, "], got ",
+              w_gate.sizes());
+  const std::int64_t d_expert = w_gate.size(1);
+  TORCH_CHECK(w_up.sizes() == w_gate.sizes(), "moe: w_up ", w_up.sizes(), " != w_gate ",
+              w_gate.sizes());
+  TORCH_CHECK(w_down.dim() == 3 && w_down.size(0) == plan.experts && w_down.size(1) == hidden &&
+                  w_down.size(2) == d_expert,
+              "moe: w_down must be [", plan.experts, ", ", hidden, ", ", d_expert, "], got ",
+              w_down.sizes());
+  for (const auto* w : {&w_gate, &w_up, &w_down}) {
+    TORCH_CHECK(w->scalar_type() == x.scalar_type() && w->device() == x.device(),
+                "moe: expert weights must match the input's dtype and device");
+  }
+  return GroupedSwiGluFunction::apply(x.contiguous(), w_gate.contiguous(), w_up.contiguous(),
+                                      w_down.contiguous(), plan.offsets);
+}
+
+torch::Tensor combine(const torch::Tensor& expert_out, const torch::Tensor& gates,
+                      const RoutePlan& plan) {
+  check_rows(expert_out, "combine input", plan.rows);
+  TORCH_CHECK(gates.dim() == 2 && gates.size(0) == plan.tokens && gates.size(1) == plan.top_k,
+              "moe: gates must be [", plan.tokens, ", ", plan.top_k, "], got ", gates.sizes());
+  TORCH_CHECK(gates.scalar_type() == expert_out.scalar_type(), "moe: gates dtype ",
+              gates.scalar_type(), " != expert output dtype ", expert_out.scalar_type());
+  return CombineFunction::apply(expert_out.contiguous(), gates.contiguous(), plan.dest_row,
+                                plan.row_source);
+}
+
+}  // namespace moerl::moe

@@ -1,0 +1,41 @@
+#include "moerl/runtime/mpi_session.h"
+
+#include <mpi.h>
+
+#include "moerl/core/error.h"
+
+namespace moerl::runtime {
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "unknown thread level";
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  MOERL_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided_));
+  // Errors come back as codes so that MOERL_MPI_CHECK can name the call.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MOERL_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  MOERL_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  if (provided_ < MPI_THREAD_MULTIPLE) {
+    const std::string message = std::string("the MPI library provides ") +
+                                thread_level_name(provided_) +
+                                " but moerl needs MPI_THREAD_MULTIPLE (use an MPI built with "
+                                "thread support, e.g. Open MPI 4 or later)";
+    MPI_Finalize();
+    throw Error(message);
+  }
+}
+
+MpiSession::~MpiSession() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+}  // namespace moerl::runtime

@@ -1,0 +1,64 @@
+#include "moerl/runtime/world.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "moerl/core/error.h"
+
+namespace moerl::runtime {
+
+int choose_compute_threads(std::int64_t configured, const char* environment_value, int cores,
+                           int ranks_on_host) {
+  if (environment_value != nullptr && *environment_value != '\0') {
+    const int from_env = std::atoi(environment_value);
+    if (from_env > 0) return from_env;
+  }
+  if (configured > 0) return static_cast<int>(configured);
+  return std::max(1, cores / std::max(1, ranks_on_host));
+}
+
+World::World(const config::Config& config, MPI_Comm parent) : layout_(config.cluster) {
+  int rank = 0, size = 0;
+  MOERL_MPI_CHECK(MPI_Comm_rank(parent, &rank));
+  MOERL_MPI_CHECK(MPI_Comm_size(parent, &size));
+  MOERL_CHECK(size == layout_.world_size(),
+              "World needs " + std::to_string(layout_.world_size()) + " ranks, the job has " +
+                  std::to_string(size) + " (check_world_size should have caught this)");
+  self_ = layout_.assignment(rank);
+  world_ = parent;
+  MOERL_MPI_CHECK(MPI_Comm_dup(parent, &messages_));
+  MOERL_MPI_CHECK(MPI_Comm_split(parent, static_cast<int>(self_.role), rank, &role_));
+  const bool in_sync_group = rank == RankLayout::kCoordinatorRank || self_.role == Role::Actor ||
+                             self_.role == Role::StandbyActor;
+  MOERL_MPI_CHECK(MPI_Comm_split(parent, in_sync_group ? 0 : MPI_UNDEFINED, rank, &sync_));
+
+  MPI_Comm host_comm = MPI_COMM_NULL;
+  MOERL_MPI_CHECK(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host_comm));
+  MOERL_MPI_CHECK(MPI_Comm_size(host_comm, &ranks_on_host_));
+  MPI_Comm_free(&host_comm);
+
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  hostname_ = name;
+  compute_threads_ = choose_compute_threads(config.cluster.threads_per_rank,
+                                            std::getenv("MOERL_THREADS_PER_RANK"),
+                                            static_cast<int>(std::thread::hardware_concurrency()),
+                                            ranks_on_host_);
+}
+
+World::~World() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  for (MPI_Comm* comm : {&messages_, &role_, &sync_})
+    if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
+}
+
+std::string World::role_label() const {
+  return std::string(role_name(self_.role)) + " " + std::to_string(self_.index);
+}
+
+}  // namespace moerl::runtime

@@ -1,0 +1,1 @@
+# moerl_mpi_test(NAME RANKS TAG) entries; one line per multi-rank test.

@@ -1,0 +1,25 @@
+# Resolves MOERL_CUDA (AUTO|ON|OFF) into MOERL_WITH_CUDA and enables the CUDA
+# language. Architectures are set explicitly: the build machine may have no
+# GPU, and detecting one ("native") would fail or guess wrong there.
+include(CheckLanguage)
+set(MOERL_WITH_CUDA OFF)
+if(NOT MOERL_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(MOERL_WITH_CUDA ON)
+  elseif(MOERL_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "MOERL_CUDA=ON but no CUDA compiler (nvcc) was found; "
+                        "set CMAKE_CUDA_COMPILER or use -DMOERL_CUDA=OFF")
+  endif()
+endif()
+message(STATUS "moerl: CUDA kernels ${MOERL_WITH_CUDA} (MOERL_CUDA=${MOERL_CUDA}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
