@@ -22,7 +22,7 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths,
   AttentionBatch batch;
   batch.batch = rows;
   batch.max_new = max_new;
-  std::vector<std::int64_t> token_index, token_row, positions, token_slots;
+  std::vector<std::int64_t> token_index, token_row, positions, token_slots, last_token;
   for (std::int64_t b = 0; b < rows; ++b) {
     const std::int64_t len = lengths[static_cast<std::size_t>(b)];
     const std::int64_t p0 = past[static_cast<std::size_t>(b)];
@@ -36,6 +36,7 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths,
       positions.push_back(p0 + i);
       if (!slots.empty()) token_slots.push_back(slots[static_cast<std::size_t>(b)]);
     }
+    last_token.push_back(static_cast<std::int64_t>(token_index.size()) - 1);
   }
   batch.tokens = static_cast<std::int64_t>(token_index.size());
   const auto i64 = torch::TensorOptions().dtype(torch::kLong);
@@ -45,6 +46,7 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths,
   batch.token_index = to_tensor(token_index);
   batch.token_row = to_tensor(token_row);
   batch.positions = to_tensor(positions);
+  batch.last_token = to_tensor(last_token);
   if (!slots.empty()) {
     batch.cache_slots = to_tensor(slots);
     batch.token_slots = to_tensor(token_slots);

@@ -181,10 +181,11 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
                     std::to_string(forced_experts.dim()) + " dims");
   }
   const torch::Tensor ids = tokens.reshape({-1}).index_select(0, batch.token_index);  // [T]
-  {
+  // One host sync per step for the check; the range is only computed on failure.
+  if (ids.lt(0).logical_or(ids.ge(model_.vocab_size)).any().item<bool>()) {
     const std::int64_t lo = ids.min().item<std::int64_t>();
     const std::int64_t hi = ids.max().item<std::int64_t>();
-    MOERL_CHECK(lo >= 0 && hi < model_.vocab_size,
+    MOERL_CHECK(false,
                 "policy: token ids span [" + std::to_string(lo) + ", " + std::to_string(hi) +
                     "], outside the vocabulary [0, " + std::to_string(model_.vocab_size) + ")");
   }
@@ -192,14 +193,7 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
   out.batch = batch.batch;
   out.max_new = batch.max_new;
   out.token_index = batch.token_index;
-  {
-    // Packed index of each row's last token: rows are laid out back to back.
-    std::vector<std::int64_t> last(static_cast<std::size_t>(batch.batch));
-    const torch::Tensor rows = batch.token_row.to(torch::kCPU);
-    const std::int64_t* r = rows.data_ptr<std::int64_t>();
-    for (std::int64_t t = 0; t < T; ++t) last[static_cast<std::size_t>(r[t])] = t;
-    out.last_token = torch::tensor(last, torch::TensorOptions().dtype(torch::kLong)).to(tokens.device());
-  }
+  out.last_token = batch.last_token;
 
   torch::Tensor h = embed_tokens(ids);  // [T, d_model]
   std::vector<torch::Tensor> indices;

@@ -254,15 +254,15 @@ void silu_mul(const scalar_t* g, const scalar_t* u, scalar_t* h, std::int64_t n)
   }
 }
 
-// From dH, G, U: dG = dH*u*silu'(g) written over dH's buffer copy, dU = dH*silu(g).
+// From dH, G, U: dG = dH*u*silu'(g), dU = dH*silu(g) (dU may be dH's buffer).
 template <typename scalar_t>
 void silu_mul_backward(const scalar_t* dh, const scalar_t* g, const scalar_t* u, scalar_t* dg,
                        scalar_t* du, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) {
     const scalar_t s = scalar_t(1) / (scalar_t(1) + std::exp(-g[i]));
-    const scalar_t silu = g[i] * s;
-    du[i] = dh[i] * silu;
-    dg[i] = dh[i] * u[i] * s * (scalar_t(1) + g[i] * (scalar_t(1) - s));
+    const scalar_t d = dh[i];  // read first: du may alias dh
+    du[i] = d * g[i] * s;
+    dg[i] = d * u[i] * s * (scalar_t(1) + g[i] * (scalar_t(1) - s));
   }
 }
 

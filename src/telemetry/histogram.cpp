@@ -45,7 +45,9 @@ void Histogram::merge(const Histogram& other) {
 
 double Histogram::quantile(double q) const {
   if (count_ == 0) return 0.0;
-  q = std::clamp(q, 0.0, 1.0);
+  // The extremes are known exactly; only interior quantiles are estimated.
+  if (q <= 0.0) return min_;
+  if (q >= 1.0) return max_;
   // The rank of the wanted sample, 1-based, as in the nearest-rank method.
   const auto wanted = static_cast<std::uint64_t>(std::max(1.0, std::ceil(q * static_cast<double>(count_))));
   std::uint64_t seen = 0;

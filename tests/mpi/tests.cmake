@@ -1,1 +1,4 @@
-# moerl_mpi_test(NAME RANKS TAG) entries; one line per multi-rank test.
+# moerl_mpi_test(NAME RANKS TAG): one line per multi-rank test.
+moerl_mpi_test(mailbox 3 "[mailbox]")
+moerl_mpi_test(world 4 "[world]")
+moerl_mpi_test(stop 4 "[stop]")

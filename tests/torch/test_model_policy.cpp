@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <map>
 #include <sstream>
 
@@ -359,4 +360,36 @@ TEST_CASE("initialisation and checkpoint names", "[model][policy]") {
   CHECK(qwen[0] == "model.layers.1.mlp.experts.0.up_proj.weight");
   CHECK(hf_checkpoint_names("layers.1.mlp.shared_expert.up_proj.weight", 4, CheckpointFamily::CheckpointQwenMoe) ==
         std::vector<std::string>{"model.layers.1.mlp.shared_expert.up_proj.weight"});
+}
+
+// Hidden (run with "[.bench]"): CPU throughput of the default-size policy.
+TEST_CASE("policy throughput on CPU (default config)", "[.bench][policy_bench]") {
+  torch::manual_seed(1);
+  const ModelSection model;  // defaults
+  const MoeSection moe;
+  Policy policy(model, moe);
+  torch::NoGradGuard no_grad;
+  const std::int64_t B = 32;
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (std::int64_t b = 0; b < B; ++b) prompts.push_back(random_tokens(64 + (b * 37) % 64, 264));
+  auto [tokens, lengths] = pad_rows(prompts, 258);
+  KVCache cache = policy->make_cache(B, 256);
+  std::vector<SequenceId> ids;
+  for (std::int64_t b = 0; b < B; ++b) ids.push_back(cache.add_sequence());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto out = policy->forward_cached(tokens, lengths, cache, ids);
+  const auto t1 = std::chrono::steady_clock::now();
+  const std::int64_t steps = 64;
+  for (std::int64_t s = 0; s < steps; ++s) {
+    const torch::Tensor next = out.next_token_logits().argmax(-1).unsqueeze(1);  // [B, 1]
+    out = policy->forward_cached(next, torch::Tensor(), cache, ids);
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  const std::int64_t prefill_tokens = lengths.sum().item<std::int64_t>();
+  WARN("prefill " << prefill_tokens << " tokens in " << prefill_s << " s (" << prefill_tokens / prefill_s
+                  << " tok/s); decode " << B * steps << " tokens in " << decode_s << " s ("
+                  << B * steps / decode_s << " tok/s, " << 1e3 * decode_s / steps << " ms/step)");
+  CHECK(cache.length(ids[0]) == static_cast<std::int64_t>(prompts[0].size()) + steps);
 }

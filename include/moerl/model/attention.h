@@ -29,6 +29,7 @@ struct AttentionBatch {
   torch::Tensor token_index;   // [T] int64: b * S + i of each packed token
   torch::Tensor token_row;     // [T] int64: b of each packed token
   torch::Tensor positions;     // [T] int64: past[b] + i
+  torch::Tensor last_token;    // [B] int64: packed index of row b's last token
   torch::Tensor allowed;       // [B, 1, 1, S, L] bool: query (b, i) may attend key j
   torch::Tensor cache_slots;   // [B] int64: KV-cache slot of each row; undefined without cache
   torch::Tensor token_slots;   // [T] int64: cache slot of each packed token; undefined without cache

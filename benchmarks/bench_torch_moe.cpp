@@ -1,0 +1,143 @@
+// `moerl bench moe`: MoE layer forward+backward tokens/s, our operators
+// (route -> plan -> dispatch -> grouped SwiGLU -> combine) against the
+// per-expert-loop reference on the same parameters, in the same process; and
+// dispatch+combine alone in GB/s against a plain copy of the same bytes.
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "moerl/bench/registry.h"
+#include "moerl/moe/moe_layer.h"
+#include "moerl/moe/moe_ops.h"
+
+namespace moerl::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename Fn>
+double median_seconds(Fn&& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> s;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+struct LayerShape {
+  std::int64_t experts, top_k, shared;
+};
+
+// Restores the thread count when a case ends.
+struct ThreadScope {
+  explicit ThreadScope(int threads) : saved(at::get_num_threads()) { at::set_num_threads(threads); }
+  ~ThreadScope() { at::set_num_threads(saved); }
+  int saved;
+};
+
+BenchCase layer_case(const LayerShape& shape, std::int64_t hidden, std::int64_t tokens,
+                     int threads, int warmup, int reps) {
+  ThreadScope scope(threads);
+  config::ModelSection model;
+  model.d_model = hidden;
+  model.num_layers = 4;
+  config::MoeSection moe;
+  moe.num_experts = shape.experts;
+  moe.top_k = shape.top_k;
+  moe.shared_experts = shape.shared;
+  // Coarse experts for E=8 (Mixtral-like), fine-grained for E=64 (Qwen/DeepSeek-like).
+  moe.d_expert = shape.experts <= 8 ? hidden : std::max<std::int64_t>(hidden / 4, 32);
+  torch::manual_seed(1);
+  moe::MoeFeedForward layer(model, moe);
+  auto x = torch::randn({tokens, hidden}).set_requires_grad(true);
+  auto proj = torch::randn({tokens, hidden});
+
+  auto step = [&](bool reference) {
+    layer->zero_grad();
+    auto out = reference ? moe::reference_moe_forward(*layer, x) : layer->forward(x);
+    ((out.hidden * proj).sum() + out.aux_loss).backward();
+  };
+  const double ours = median_seconds([&] { step(false); }, warmup, reps);
+  const double ref = median_seconds([&] { step(true); }, warmup, reps);
+
+  BenchCase c;
+  c.name = "layer_fwd_bwd";
+  c.params = {{"experts", shape.experts},   {"top_k", shape.top_k},
+              {"shared", shape.shared},     {"hidden", hidden},
+              {"d_expert", moe.d_expert},   {"tokens", tokens},
+              {"threads", std::int64_t{threads}}};
+  c.metrics = {{"tokens_per_s", tokens / ours}, {"ms", ours * 1e3}};
+  c.baseline = {{"tokens_per_s", tokens / ref}, {"ms", ref * 1e3}};
+  c.ratio_metric = "tokens_per_s";
+  return c;
+}
+
+BenchCase dispatch_combine_case(std::int64_t tokens, std::int64_t hidden, std::int64_t experts,
+                                std::int64_t top_k, int threads, int warmup, int reps) {
+  ThreadScope scope(threads);
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(2);
+  auto x = torch::randn({tokens, hidden});
+  auto idx = std::get<1>(torch::topk(torch::rand({tokens, experts}), top_k, -1));
+  auto gates = torch::rand({tokens, top_k});
+  auto plan = moe::make_route_plan(idx, experts, -1, 1);
+  const double ours = median_seconds([&] {
+    auto rows = moe::dispatch(x, plan);
+    auto y = moe::combine(rows, gates, plan);
+  }, warmup, reps);
+  // Dispatch reads and writes `rows` rows; combine reads them and writes T rows.
+  const double bytes = 4.0 * hidden * (3.0 * plan.rows + tokens);
+  // The ceiling: a copy that reads and writes as many bytes in total.
+  auto src = torch::empty({static_cast<std::int64_t>(bytes / 8)});
+  auto dst = torch::empty_like(src);
+  const double copy = median_seconds([&] { dst.copy_(src); }, warmup, reps);
+  const double copy_bytes = 2.0 * 4.0 * static_cast<double>(src.numel());
+
+  BenchCase c;
+  c.name = "dispatch_combine";
+  c.params = {{"experts", experts}, {"top_k", top_k}, {"hidden", hidden}, {"tokens", tokens},
+              {"threads", std::int64_t{threads}}};
+  c.metrics = {{"GB_per_s", bytes / ours / 1e9}, {"ms", ours * 1e3}};
+  c.baseline = {{"GB_per_s", copy_bytes / copy / 1e9}, {"ms", copy * 1e3}};
+  c.ratio_metric = "GB_per_s";
+  return c;
+}
+
+BenchReport run_moe_bench(const BenchOptions& options) {
+  BenchReport report;
+  report.bench = "moe";
+  std::vector<int> thread_counts =
+      options.threads > 0 ? std::vector<int>{options.threads} : std::vector<int>{1, 2};
+  const std::vector<LayerShape> shapes = {{8, 2, 0}, {64, 8, 0}, {64, 6, 2}};
+  const std::vector<std::int64_t> hiddens =
+      options.quick ? std::vector<std::int64_t>{96} : std::vector<std::int64_t>{256, 512, 1024};
+  const std::int64_t tokens = options.quick ? 64 : 1024;
+  const int warmup = 1, reps = options.quick ? 1 : 3;  // one warm-up even when quick: first calls allocate
+  for (int threads : thread_counts) {
+    for (const auto& shape : shapes) {
+      for (std::int64_t hidden : hiddens) {
+        report.cases.push_back(layer_case(shape, hidden, tokens, threads, warmup, reps));
+      }
+    }
+    report.cases.push_back(dispatch_combine_case(options.quick ? 256 : 4096,
+                                                 options.quick ? 96 : 1024, 64, 8, threads,
+                                                 warmup, options.quick ? 3 : 5));
+  }
+  return report;
+}
+
+MOERL_BENCHMARK("moe",
+                "MoE layer fwd+bwd tokens/s vs per-expert-loop reference; dispatch+combine GB/s "
+                "vs copy",
+                run_moe_bench);
+
+}  // namespace
+}  // namespace moerl::bench

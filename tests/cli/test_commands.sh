@@ -1,0 +1,37 @@
+# Every subcommand has help; --version names the build; bench writes the
+# shared JSON format; subcommands of later modules say so and exit 3.
+source "$(dirname "$0")/lib.sh" "$@"
+
+"$MOERL" --version >out.txt 2>&1
+expect_status 0 $? "--version"
+expect_contains out.txt "moerl 0." "version text"
+expect_contains out.txt "LibTorch" "version names LibTorch"
+for cmd in train eval config checkpoint bench; do
+  "$MOERL" "$cmd" --help >out.txt 2>&1
+  expect_status 0 $? "$cmd --help"
+  expect_contains out.txt "Usage" "$cmd --help"
+done
+"$MOERL" checkpoint list runs >out.txt 2>&1
+expect_status 3 $? "checkpoint (later module)"
+expect_contains out.txt "not in this build" "checkpoint says so"
+
+"$MOERL" bench --list >out.txt 2>&1
+expect_status 0 $? "bench --list"
+expect_contains out.txt "messages" "bench list"
+"$MOERL" bench messages --quick --out result.json >out.txt 2>&1
+expect_status 0 $? "bench messages"
+expect_contains out.txt "frame+validate" "bench table"
+python3 - result.json <<'PY' || fail "bench JSON format"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["bench"] == "messages"
+assert "hostname" in r["host"] and "cores" in r["host"]
+for c in r["cases"]:
+    assert set(c) >= {"name", "params", "metrics", "baseline", "ratio"}, c
+    assert c["ratio"] > 0
+PY
+"$MOERL" bench nosuch >out.txt 2>&1
+expect_status 2 $? "unknown benchmark"
+"$MOERL" config reference >out.txt 2>&1
+expect_contains out.txt "| \`top_k\` | integer | \`2\` |" "reference table"
+finish

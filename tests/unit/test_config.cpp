@@ -1,0 +1,188 @@
+// Configuration loading: every error names the source, line and key; valid
+// input resolves to the documented defaults; show -> load round-trips.
+
+#include <catch2/catch.hpp>
+
+#include "moerl/config/config.h"
+#include "moerl/config/schema.h"
+
+using namespace moerl::config;
+
+namespace {
+
+// The issues a load raises; fails the test if it loads cleanly.
+std::vector<ConfigIssue> issues_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    load_config_text(text, "test.toml", overrides);
+  } catch (const ConfigError& error) {
+    return error.issues();
+  }
+  FAIL("configuration loaded without errors:\n" << text);
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("an empty file gives the documented defaults", "[config]") {
+  const Config c = load_config_text("", "empty.toml");
+  CHECK(c.cluster.learners == 1);
+  CHECK(c.cluster.actors == 1);
+  CHECK(c.moe.num_experts == 8);
+  CHECK(c.moe.top_k == 2);
+  CHECK(c.moe.router == RouterMode::SoftmaxThenTopK);
+  CHECK(c.telemetry.log_level == LogLevel::Info);
+  CHECK(c.run_directory() == "runs/moerl");
+}
+
+TEST_CASE("values are read into the typed sections", "[config]") {
+  const Config c = load_config_text(R"(
+[cluster]
+learners = 2
+message_timeout_s = 5     # an integer is accepted for a float
+[moe]
+router = "topk_softmax"
+capacity_factor = 1.25
+[run]
+name = "exp"
+)", "x.toml");
+  CHECK(c.cluster.learners == 2);
+  CHECK(c.cluster.message_timeout_s == 5.0);
+  CHECK(c.moe.router == RouterMode::TopKThenSoftmax);
+  CHECK(c.moe.capacity_factor == 1.25);
+  CHECK(c.run.name == "exp");
+  REQUIRE(c.origins.count("cluster.learners"));
+  CHECK(c.origins.at("cluster.learners").line == 3);
+}
+
+TEST_CASE("an unknown key names file, line and key with a suggestion", "[config]") {
+  const auto issues = issues_of("[cluster]\nlearners = 1\nactros = 2\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].source == "test.toml");
+  CHECK(issues[0].line == 3);
+  CHECK(issues[0].key == "cluster.actros");
+  CHECK_THAT(issues[0].message, Catch::Contains("unknown key") && Catch::Contains("did you mean 'actors'"));
+  CHECK(issues[0].text() == "test.toml:3: [cluster] actros: unknown key; did you mean 'actors'?");
+}
+
+TEST_CASE("an unknown section is suggested its nearest name", "[config]") {
+  const auto issues = issues_of("[clustr]\nlearners = 1\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "clustr");
+  CHECK_THAT(issues[0].message, Catch::Contains("did you mean [cluster]"));
+}
+
+TEST_CASE("far-off names get no suggestion", "[config]") {
+  const auto issues = issues_of("[model]\nzzzzzz = 1\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].message == "unknown key");
+}
+
+TEST_CASE("wrong types are errors naming the expected type", "[config]") {
+  const auto issues = issues_of("[model]\nd_model = \"wide\"\ntie_embeddings = 1\n[moe]\nrouter = \"random\"\n");
+  REQUIRE(issues.size() == 3);
+  CHECK(issues[0].key == "model.d_model");
+  CHECK(issues[0].line == 2);
+  CHECK_THAT(issues[0].message, Catch::Contains("expected an integer, got a string"));
+  CHECK(issues[1].key == "model.tie_embeddings");
+  CHECK_THAT(issues[1].message, Catch::Contains("expected true or false"));
+  CHECK(issues[2].key == "moe.router");
+  CHECK_THAT(issues[2].message, Catch::Contains("softmax_topk | topk_softmax"));
+}
+
+TEST_CASE("out-of-range values are errors naming the bound", "[config]") {
+  const auto issues = issues_of("[cluster]\nlearners = 0\nmessage_timeout_s = 0.0\n");
+  REQUIRE(issues.size() == 2);
+  CHECK(issues[0].key == "cluster.learners");
+  CHECK(issues[0].message == "must be >= 1, got 0");
+  CHECK(issues[1].key == "cluster.message_timeout_s");
+  CHECK(issues[1].message == "must be > 0, got 0.0");
+}
+
+TEST_CASE("inconsistent fields are errors at the line of the key", "[config]") {
+  const auto issues = issues_of("[moe]\nnum_experts = 4\ntop_k = 6\n[model]\nnum_heads = 4\nnum_kv_heads = 3\n");
+  REQUIRE(issues.size() == 2);
+  CHECK(issues[0].key == "model.num_kv_heads");
+  CHECK(issues[0].line == 6);
+  CHECK(issues[1].key == "moe.top_k");
+  CHECK(issues[1].line == 3);
+  CHECK(issues[1].message == "must be <= num_experts (4), got 6");
+}
+
+TEST_CASE("TOML syntax errors carry their line", "[config]") {
+  const auto issues = issues_of("[run]\nname = \"unterminated\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].line == 2);
+  CHECK(issues[0].source == "test.toml");
+}
+
+TEST_CASE("--set overrides keys with the same validation", "[config]") {
+  const Config c = load_config_text("[moe]\ntop_k = 2\n", "x.toml",
+                                    {"moe.top_k=4", "run.name=exp7", "telemetry.log_level=debug",
+                                     "cluster.message_timeout_s=1.5"});
+  CHECK(c.moe.top_k == 4);
+  CHECK(c.run.name == "exp7");  // a bare word is a string
+  CHECK(c.telemetry.log_level == LogLevel::Debug);
+  CHECK(c.cluster.message_timeout_s == 1.5);
+  CHECK(c.origins.at("moe.top_k").source == "--set moe.top_k=4");
+
+  const auto bad = issues_of("", {"moe.top_k=99", "model.d_modle=3", "nodot=1"});
+  REQUIRE(bad.size() == 3);
+  CHECK(bad[0].source == "--set nodot=1");
+  CHECK_THAT(bad[0].message, Catch::Contains("section.key=value"));
+  CHECK(bad[1].source == "--set model.d_modle=3");
+  CHECK_THAT(bad[1].message, Catch::Contains("did you mean 'd_model'"));
+  CHECK(bad[2].source == "--set moe.top_k=99");
+  CHECK(bad[2].key == "moe.top_k");
+}
+
+TEST_CASE("the rank counts must match the world size", "[config]") {
+  const Config c = load_config_text("[cluster]\nlearners = 2\nactors = 2\nenv_workers = 1\n", "c.toml");
+  CHECK_NOTHROW(check_world_size(c, 5));
+  try {
+    check_world_size(c, 4);
+    FAIL("a 4-rank world passed a 5-rank layout");
+  } catch (const ConfigError& error) {
+    REQUIRE(error.issues().size() == 1);
+    CHECK(error.issues()[0].line == 2);
+    CHECK_THAT(error.issues()[0].message, Catch::Contains("= 5 ranks, but the job has 4"));
+  }
+}
+
+TEST_CASE("config show output loads back to the same configuration", "[config]") {
+  const Config original = load_config_text(
+      "[moe]\ncapacity_factor = 1.1\nrouter = \"topk_softmax\"\n[run]\nname = \"quote\\\"d\"\n[model]\nrope_theta = 500000.0\n",
+      "x.toml");
+  const std::string shown = to_toml(original);
+  const Config reloaded = load_config_text(shown, "shown.toml");
+  CHECK(config_fingerprint(reloaded) == config_fingerprint(original));
+  CHECK(reloaded.run.name == "quote\"d");
+  CHECK(reloaded.moe.capacity_factor == 1.1);
+  CHECK(config_fingerprint(reloaded) != config_fingerprint(Config{}));
+}
+
+TEST_CASE("the reference documents every key of every section", "[config]") {
+  const std::string reference = reference_markdown();
+  for (const SectionSpec& section : all_sections()) {
+    CHECK_THAT(reference, Catch::Contains("## [" + section.name + "]"));
+    for (const FieldSpec& field : section.fields) {
+      INFO(section.name << "." << field.key);
+      CHECK_THAT(reference, Catch::Contains("| `" + field.key + "` |"));
+      CHECK_FALSE(field.doc.empty());
+    }
+  }
+}
+
+TEST_CASE("float literals read back exactly", "[config]") {
+  for (double v : {0.1, 1e-5, 3.0, 1.0 / 3.0, 1e300, -2.5e-7}) {
+    const std::string text = toml_float_literal(v);
+    INFO(text);
+    CHECK(std::strtod(text.c_str(), nullptr) == v);
+    CHECK(text.find_first_of(".e") != std::string::npos);
+  }
+}
+
+TEST_CASE("closest_match suggests within a small edit distance", "[config]") {
+  CHECK(closest_match("actros", {"actors", "learners"}) == "actors");
+  CHECK(closest_match("top_k", {"top_k", "topk"}) == "top_k");
+  CHECK(closest_match("xyz", {"learners"}).empty());
+}
