@@ -34,4 +34,7 @@ PY
 expect_status 2 $? "unknown benchmark"
 "$MOERL" config reference >out.txt 2>&1
 expect_contains out.txt "| \`top_k\` | integer | \`2\` |" "reference table"
+"$MOERL" config reference >reference.md 2>&1
+diff -u "$SOURCE_DIR/docs/config.md" reference.md >/dev/null \
+  || fail "docs/config.md is out of date: regenerate with moerl config reference > docs/config.md"
 finish

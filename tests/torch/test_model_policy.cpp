@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -392,4 +393,44 @@ TEST_CASE("policy throughput on CPU (default config)", "[.bench][policy_bench]")
                   << " tok/s); decode " << B * steps << " tokens in " << decode_s << " s ("
                   << B * steps / decode_s << " tok/s, " << 1e3 * decode_s / steps << " ms/step)");
   CHECK(cache.length(ids[0]) == static_cast<std::int64_t>(prompts[0].size()) + steps);
+}
+
+TEST_CASE("policy rejects malformed inputs with errors that say why", "[model][policy]") {
+  ModelSection m = tiny_model();
+  m.max_seq_len = 8;
+  Policy policy(m, tiny_moe());
+  torch::NoGradGuard no_grad;
+  const torch::Tensor tokens = torch::zeros({2, 4}, torch::kLong);
+  auto message_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("<no exception>");
+  };
+  CHECK_THAT(message_of([&] { policy(tokens, torch::tensor({4, 0}, torch::kLong)); }),
+             Catch::Contains("row 1 has length 0"));
+  CHECK_THAT(message_of([&] { policy(tokens, torch::tensor({4, 5}, torch::kLong)); }),
+             Catch::Contains("row 1 has length 5"));
+  CHECK_THAT(message_of([&] { policy(torch::full({1, 3}, 264, torch::kLong)); }),
+             Catch::Contains("outside the vocabulary"));
+  CHECK_THAT(message_of([&] { policy(torch::zeros({1, 9}, torch::kLong)); }),
+             Catch::Contains("max_seq_len"));
+  CHECK_THAT(message_of([&] { policy(tokens.to(torch::kInt)); }), Catch::Contains("int64"));
+
+  KVCache cache = policy->make_cache();
+  const SequenceId id = cache.add_sequence();
+  policy->forward_cached(torch::zeros({1, 6}, torch::kLong), torch::Tensor(), cache, {id});
+  CHECK_THAT(message_of([&] {
+               policy->forward_cached(torch::zeros({1, 3}, torch::kLong), torch::Tensor(), cache, {id});
+             }),
+             Catch::Contains("max_seq_len"));
+  CHECK(cache.length(id) == 6);  // a failed step leaves the cache unchanged
+  CHECK_THAT(message_of([&] {
+               policy->forward_cached(torch::zeros({1, 1}, torch::kLong), torch::Tensor(), cache, {id + 1});
+             }),
+             Catch::Contains("unknown sequence"));
+  CHECK_THAT(message_of([&] { policy->forward_cached(tokens, torch::Tensor(), cache, {id}); }),
+             Catch::Contains("2 token rows but 1 sequence ids"));
 }

@@ -33,6 +33,12 @@ class KVCache {
   // options: dtype and device of the cache; use the Policy's parameter options.
   KVCache(const config::ModelSection& model, torch::TensorOptions options,
           std::int64_t initial_slots = 4, std::int64_t initial_capacity = 64);
+  // Move-only: a copy would share the tensors but not the bookkeeping, and
+  // two caches writing into one slot would corrupt each other silently.
+  KVCache(KVCache&&) = default;
+  KVCache& operator=(KVCache&&) = default;
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
 
   // A new, empty sequence (length 0). Ids are never reused.
   SequenceId add_sequence();
