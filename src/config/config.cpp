@@ -17,7 +17,7 @@ std::string ConfigIssue::text() const {
   out << source;
   if (line > 0) out << ":" << line;
   out << ": ";
-  const auto dot = key.find('.');
+  const auto dot = key.rfind('.');
   if (dot == std::string::npos) {
     out << "[" << key << "]";
   } else {
@@ -59,7 +59,7 @@ ConfigError::ConfigError(std::vector<ConfigIssue> issues)
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
-  size_t best_distance = std::max<size_t>(2, word.size() / 3) + 1;
+  size_t best_distance = std::max<size_t>(2, word.size() / 3 + 1) + 1;
   for (const std::string& candidate : candidates) {
     const size_t d = edit_distance(word, candidate);
     if (d < best_distance) {
@@ -68,6 +68,15 @@ std::string closest_match(const std::string& word, const std::vector<std::string
     }
   }
   return best;
+}
+
+const std::vector<std::string>& env_family_names() {
+  static const std::vector<std::string> names = {"arithmetic", "maze", "guess", "sort", "lookup"};
+  return names;
+}
+
+Config::Config() {
+  for (const std::string& family : env_family_names()) env_families[family] = EnvFamilySection{};
 }
 
 ConfigIssue Config::issue(const std::string& key, const std::string& message) const {
@@ -90,6 +99,12 @@ class Loader {
   Config load(toml::table& root, const std::vector<std::string>& overrides) {
     for (const std::string& item : overrides) apply_override(root, item);
     for (auto&& [name, node] : root) read_section(std::string(name.str()), node);
+    // Tables iterate in key order; report in file order instead.
+    const auto order = [this](const ConfigIssue& i) {
+      return std::make_pair(i.source == config_.source_path ? 0 : 1, i.line);
+    };
+    std::stable_sort(issues_.begin(), issues_.end(),
+                     [&order](const ConfigIssue& a, const ConfigIssue& b) { return order(a) < order(b); });
     check_cross_field();
     if (!issues_.empty()) throw ConfigError(issues_);
     return std::move(config_);
@@ -119,22 +134,28 @@ class Loader {
     const std::string origin = "--set " + item;
     const auto equals = item.find('=');
     const std::string path = item.substr(0, equals);
-    const auto dot = path.find('.');
-    if (equals == std::string::npos || dot == std::string::npos || dot == 0 ||
-        dot + 1 == path.size()) {
+    std::vector<std::string> parts;
+    for (size_t start = 0;;) {
+      const size_t dot = path.find('.', start);
+      parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    const bool well_formed = equals != std::string::npos && parts.size() >= 2 &&
+                             std::none_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); });
+    if (!well_formed) {
       issues_.push_back({origin, 0, path, "expected --set section.key=value"});
       return;
     }
-    const std::string section = path.substr(0, dot), key = path.substr(dot + 1);
-    const std::string text = item.substr(equals + 1);
-    toml::table* table = root.get_as<toml::table>(section);
-    if (table == nullptr) {
-      if (root.contains(section)) {
-        issues_.push_back({origin, 0, section, "is not a table"});
+    const std::string key = parts.back(), text = item.substr(equals + 1);
+    toml::table* table = &root;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) {
+      if (!table->contains(parts[i])) table->insert(parts[i], toml::table{});
+      table = table->get_as<toml::table>(parts[i]);
+      if (table == nullptr) {
+        issues_.push_back({origin, 0, path, "'" + parts[i] + "' is a value, not a table"});
         return;
       }
-      root.insert(section, toml::table{});
-      table = root.get_as<toml::table>(section);
     }
     try {
       const toml::table parsed = toml::parse("value = " + text);
@@ -145,9 +166,15 @@ class Loader {
     override_origin_[path] = origin;
   }
 
-  std::vector<std::string> section_names() const {
+  // Top-level section names, or the subsections of `parent` ("env" -> "maze", ...).
+  static std::vector<std::string> subsection_names(const std::string& parent) {
     std::vector<std::string> names;
-    for (const SectionSpec& s : all_sections()) names.push_back(s.name);
+    const std::string prefix = parent.empty() ? "" : parent + ".";
+    for (const SectionSpec& s : all_sections()) {
+      if (s.name.compare(0, prefix.size(), prefix) != 0) continue;
+      const std::string rest = s.name.substr(prefix.size());
+      if (rest.find('.') == std::string::npos) names.push_back(rest);
+    }
     return names;
   }
 
@@ -155,7 +182,7 @@ class Loader {
     const SectionSpec* spec = find_section(name);
     if (spec == nullptr) {
       std::string message = "unknown section";
-      if (std::string near = closest_match(name, section_names()); !near.empty())
+      if (std::string near = closest_match(name, subsection_names("")); !near.empty())
         message += "; did you mean [" + near + "]?";
       report(name, node, message);
       return;
@@ -166,7 +193,14 @@ class Loader {
       return;
     }
     void* section = spec->locate(config_);
-    for (auto&& [key_name, value] : *table) read_field(*spec, section, std::string(key_name.str()), value);
+    for (auto&& [key_name, value] : *table) {
+      const std::string key(key_name.str());
+      if (value.is_table() && find_section(name + "." + key) != nullptr) {
+        read_section(name + "." + key, value);
+      } else {
+        read_field(*spec, section, key, value);
+      }
+    }
   }
 
   void read_field(const SectionSpec& spec, void* section, const std::string& key,
@@ -174,7 +208,7 @@ class Loader {
     const std::string full_key = spec.name + "." + key;
     const FieldSpec* field = spec.find(key);
     if (field == nullptr) {
-      std::vector<std::string> keys;
+      std::vector<std::string> keys = subsection_names(spec.name);
       for (const FieldSpec& f : spec.fields) keys.push_back(f.key);
       std::string message = "unknown key";
       if (std::string near = closest_match(key, keys); !near.empty())
@@ -209,6 +243,17 @@ class Loader {
         require((m.d_model / m.num_heads) % 2 == 0, "model.d_model",
                 "d_model / num_heads (the head size) must be even for rotary embeddings");
     }
+    for (const std::string& family : config_.env.families) {
+      const auto& known = env_family_names();
+      const bool ok = family == "external" || std::find(known.begin(), known.end(), family) != known.end();
+      std::string message = "unknown task family '" + family + "'";
+      if (std::string near = closest_match(family, known); !near.empty()) message += "; did you mean '" + near + "'?";
+      require(ok, "env.families", message);
+      if (family == "external")
+        require(!config_.env_external.command.empty(), "env.families",
+                "lists 'external' but [env.external] command is empty");
+    }
+    require(!config_.env.families.empty(), "env.families", "must name at least one task family");
     if (e.enabled) {
       require(e.top_k <= e.num_experts, "moe.top_k",
               "must be <= num_experts (" + std::to_string(e.num_experts) + "), got " +

@@ -68,6 +68,26 @@ std::string read_string(const toml::node& value, std::string& out) {
   return "expected a string, got " + type_of(value);
 }
 
+std::string read_string_list(const toml::node& value, std::vector<std::string>& out) {
+  const auto* array = value.as_array();
+  if (array == nullptr) return "expected an array of strings, got " + type_of(value);
+  std::vector<std::string> items;
+  for (size_t i = 0; i < array->size(); ++i) {
+    const auto* item = (*array)[i].as_string();
+    if (item == nullptr)
+      return "expected an array of strings, element " + std::to_string(i) + " is " + type_of((*array)[i]);
+    items.push_back(item->get());
+  }
+  out = std::move(items);
+  return "";
+}
+
+std::string string_list_literal(const std::vector<std::string>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? ", " : "") + toml_string_literal(values[i]);
+  return text + "]";
+}
+
 }  // namespace detail
 
 std::string toml_string_literal(const std::string& text) {
@@ -232,6 +252,64 @@ SectionSpec telemetry_section() {
   return spec;
 }
 
+SectionSpec env_section() {
+  SectionSpec spec{"env", "Environment workers and the task mix they serve.", {}, {}, {}};
+  SectionBuilder<EnvSection> b(spec, &Config::env);
+  b.field("families", &EnvSection::families,
+          "Task families new sessions are drawn from (built-in: arithmetic, maze, guess, sort, "
+          "lookup; or external).");
+  b.field("difficulty", &EnvSection::difficulty, "Default difficulty of new sessions.").between(1, 10);
+  b.choice("shaping", &EnvSection::shaping, {{"sparse", Shaping::Sparse}, {"shaped", Shaping::Shaped}},
+           "Reward shaping: sparse (1 on success) or shaped (per-step progress rewards too).");
+  b.field("max_turns", &EnvSection::max_turns, "Default step budget; 0 = each family's own.").at_least(0);
+  b.field("sessions_per_worker", &EnvSection::sessions_per_worker,
+          "Live sessions one env worker hosts at most (changeable at run time).")
+      .between(1, 100000);
+  b.field("threads", &EnvSection::threads,
+          "Threads stepping sessions on one env worker; 0 = the rank's compute threads.")
+      .between(0, 1024);
+  b.field("timeout_s", &EnvSection::timeout_s, "Per-step timeout of an environment.").greater_than(0);
+  b.field("max_retries", &EnvSection::max_retries,
+          "Retries of a failed or timed-out step before the session ends with a recorded error.")
+      .between(0, 100);
+  b.field("retry_backoff_s", &EnvSection::retry_backoff_s,
+          "Pause before the first retry; doubles with each retry.")
+      .at_least(0);
+  b.field("archive_dir", &EnvSection::archive_dir,
+          "Directory for session snapshots; empty = <run dir>/archive/env.");
+  return spec;
+}
+
+SectionSpec env_family_section(const std::string& family) {
+  SectionSpec spec{"env." + family, "Overrides of [env] for the " + family + " family.", {}, {}, {}};
+  SectionBuilder<EnvFamilySection> b(
+      spec, [family](Config& c) -> EnvFamilySection& { return c.env_families[family]; },
+      [family](const Config& c) -> const EnvFamilySection& { return c.env_families.at(family); });
+  b.field("difficulty", &EnvFamilySection::difficulty, "Difficulty; 0 = [env] difficulty.").between(0, 10);
+  b.choice("shaping", &EnvFamilySection::shaping,
+           {{"inherit", ShapingChoice::Inherit}, {"sparse", ShapingChoice::Sparse},
+            {"shaped", ShapingChoice::Shaped}},
+           "Reward shaping; inherit = [env] shaping.");
+  b.field("max_turns", &EnvFamilySection::max_turns, "Step budget; 0 = [env] max_turns.").at_least(0);
+  b.field("weight", &EnvFamilySection::weight, "Relative share of new sessions from this family.")
+      .at_least(0);
+  return spec;
+}
+
+SectionSpec env_external_section() {
+  SectionSpec spec{"env.external",
+                   "The external family: a process speaking JSON lines on stdin/stdout "
+                   "(docs/external_env.md).",
+                   {}, {}, {}};
+  SectionBuilder<ExternalEnvSection> b(spec, &Config::env_external);
+  b.field("command", &ExternalEnvSection::command,
+          "Shell command that starts one environment process (run with /bin/sh -c).");
+  b.field("startup_timeout_s", &ExternalEnvSection::startup_timeout_s,
+          "The process must answer its first request within this time.")
+      .greater_than(0);
+  return spec;
+}
+
 SectionSpec faults_section() {
   SectionSpec spec{"faults",
                    "Deliberate failures for testing fault handling; off (-1) by default.", {}, {}, {}};
@@ -242,6 +320,19 @@ SectionSpec faults_section() {
   b.field("hang_rank", &FaultsSection::hang_rank,
           "This rank stops answering messages, to exercise timeouts (-1: none).")
       .at_least(-1);
+  b.field("env_hang_rate", &FaultsSection::env_hang_rate,
+          "Probability that an environment step attempt hangs.")
+      .between(0, 1);
+  b.field("env_hang_s", &FaultsSection::env_hang_s, "How long an injected hang lasts.").greater_than(0);
+  b.field("env_crash_rate", &FaultsSection::env_crash_rate,
+          "Probability that an environment step attempt crashes.")
+      .between(0, 1);
+  b.field("env_fault_attempts", &FaultsSection::env_fault_attempts,
+          "Faults hit only the first N attempts of a step (large = permanent failures).")
+      .at_least(1);
+  b.field("env_fault_seed", &FaultsSection::env_fault_seed,
+          "Seed choosing which steps the faults hit.")
+      .at_least(0);
   return spec;
 }
 
@@ -249,7 +340,18 @@ SectionSpec faults_section() {
 
 const std::vector<SectionSpec>& all_sections() {
   static const std::vector<SectionSpec> sections = {
-      run_section(), cluster_section(), model_section(), moe_section(), telemetry_section(),
+      run_section(),
+      cluster_section(),
+      model_section(),
+      moe_section(),
+      env_section(),
+      env_family_section("arithmetic"),
+      env_family_section("maze"),
+      env_family_section("guess"),
+      env_family_section("sort"),
+      env_family_section("lookup"),
+      env_external_section(),
+      telemetry_section(),
       faults_section()};
   return sections;
 }

@@ -186,3 +186,37 @@ TEST_CASE("closest_match suggests within a small edit distance", "[config]") {
   CHECK(closest_match("top_k", {"top_k", "topk"}) == "top_k");
   CHECK(closest_match("xyz", {"learners"}).empty());
 }
+
+TEST_CASE("nested sections: [env.<family>] tables and --set paths", "[config]") {
+  const Config c = load_config_text(R"(
+[env]
+families = ["maze", "sort"]
+difficulty = 2
+[env.maze]
+difficulty = 4
+shaping = "shaped"
+)", "env.toml", {"env.sort.max_turns=30"});
+  CHECK(c.env.families == std::vector<std::string>{"maze", "sort"});
+  CHECK(c.env.difficulty == 2);
+  CHECK(c.env_families.at("maze").difficulty == 4);
+  CHECK(c.env_families.at("maze").shaping == ShapingChoice::Shaped);
+  CHECK(c.env_families.at("sort").max_turns == 30);
+  CHECK(c.env_families.at("guess").difficulty == 0);
+  // show prints the subsections and reads back identically.
+  const std::string shown = to_toml(c);
+  CHECK_THAT(shown, Catch::Contains("[env.maze]\ndifficulty = 4"));
+  CHECK(config_fingerprint(load_config_text(shown, "shown.toml")) == config_fingerprint(c));
+
+  const auto issues = issues_of("[env]\nfamilies = [\"maze\", \"sorting\"]\n[env.mze]\ndifficulty = 2\n[env.guess]\ndifficulty = 11\n");
+  REQUIRE(issues.size() == 3);
+  CHECK(issues[0].text() == "test.toml:3: [env] mze: unknown key; did you mean 'maze'?");
+  CHECK(issues[1].text() == "test.toml:6: [env.guess] difficulty: must be <= 10 (valid range 0 to 10), got 11");
+  CHECK(issues[2].key == "env.families");
+  CHECK_THAT(issues[2].message, Catch::Contains("unknown task family 'sorting'; did you mean 'sort'?"));
+}
+
+TEST_CASE("arrays of strings are type-checked element by element", "[config]") {
+  const auto issues = issues_of("[env]\nfamilies = [\"maze\", 3]\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].message == "expected an array of strings, element 1 is an integer");
+}

@@ -24,7 +24,12 @@ struct Config {
   ModelSection model;
   MoeSection moe;
   TelemetrySection telemetry;
+  EnvSection env;
+  std::map<std::string, EnvFamilySection> env_families;  // one per built-in family and "external"
+  ExternalEnvSection env_external;
   FaultsSection faults;
+
+  Config();
 
   std::string source_path;                   // the file it was loaded from ("" for defaults)
   std::map<std::string, KeyOrigin> origins;  // only keys that were set explicitly
@@ -34,6 +39,9 @@ struct Config {
   // The run directory: run.output_dir/run.name.
   std::string run_directory() const;
 };
+
+// The families that have an [env.<name>] section.
+const std::vector<std::string>& env_family_names();
 
 // Parses and validates. `overrides` are "section.key=value" strings from
 // --set; values are TOML literals, and bare words are taken as strings.

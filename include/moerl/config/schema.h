@@ -62,11 +62,19 @@ class SectionBuilder {
     spec_.locate = [member](Config& c) -> void* { return &(c.*member); };
     spec_.locate_const = [member](const Config& c) -> const void* { return &(c.*member); };
   }
+  // For sections that are not a direct member of Config (e.g. one entry of a map).
+  SectionBuilder(SectionSpec& spec, std::function<S&(Config&)> locate,
+                 std::function<const S&(const Config&)> locate_const)
+      : spec_(spec) {
+    spec_.locate = [locate](Config& c) -> void* { return &locate(c); };
+    spec_.locate_const = [locate_const](const Config& c) -> const void* { return &locate_const(c); };
+  }
 
   FieldSpec& field(const char* key, std::int64_t S::*m, const char* doc);
   FieldSpec& field(const char* key, double S::*m, const char* doc);
   FieldSpec& field(const char* key, bool S::*m, const char* doc);
   FieldSpec& field(const char* key, std::string S::*m, const char* doc);
+  FieldSpec& field(const char* key, std::vector<std::string> S::*m, const char* doc);
 
   template <typename E>
   FieldSpec& choice(const char* key, E S::*m, std::vector<std::pair<std::string, E>> names,
@@ -89,6 +97,8 @@ std::string read_integer(const toml::node& value, std::int64_t& out);
 std::string read_float(const toml::node& value, double& out);
 std::string read_boolean(const toml::node& value, bool& out);
 std::string read_string(const toml::node& value, std::string& out);
+std::string read_string_list(const toml::node& value, std::vector<std::string>& out);
+std::string string_list_literal(const std::vector<std::string>& values);
 }  // namespace detail
 
 template <typename S>
@@ -122,6 +132,14 @@ FieldSpec& SectionBuilder<S>::field(const char* key, std::string S::*m, const ch
   FieldSpec& f = add(key, doc, "string");
   f.assign = [m](void* s, const toml::node& v) { return detail::read_string(v, self(s).*m); };
   f.literal = [m](const void* s) { return toml_string_literal(self(s).*m); };
+  return f;
+}
+
+template <typename S>
+FieldSpec& SectionBuilder<S>::field(const char* key, std::vector<std::string> S::*m, const char* doc) {
+  FieldSpec& f = add(key, doc, "array of strings");
+  f.assign = [m](void* s, const toml::node& v) { return detail::read_string_list(v, self(s).*m); };
+  f.literal = [m](const void* s) { return detail::string_list_literal(self(s).*m); };
   return f;
 }
 

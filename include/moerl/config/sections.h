@@ -6,7 +6,9 @@
 // from it).
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 namespace moerl::config {
 
@@ -75,11 +77,47 @@ struct TelemetrySection {
   double metrics_interval_s = 5.0;       // how often ranks report metrics to learner 0
 };
 
+enum class Shaping { Sparse, Shaped };
+enum class ShapingChoice { Inherit, Sparse, Shaped };
+
+// [env]: the environment workers and the task mix they serve.
+struct EnvSection {
+  std::vector<std::string> families = {"arithmetic", "maze", "guess", "sort", "lookup"};
+  std::int64_t difficulty = 1;          // default difficulty of new sessions
+  Shaping shaping = Shaping::Sparse;    // default reward shaping
+  std::int64_t max_turns = 0;           // default step budget; 0 = each family's own
+  std::int64_t sessions_per_worker = 64;   // live sessions one env worker hosts at most
+  std::int64_t threads = 0;             // threads stepping sessions; 0 = the rank's compute threads
+  double timeout_s = 10.0;              // per-step timeout
+  std::int64_t max_retries = 2;         // retries of a failed or timed-out step
+  double retry_backoff_s = 0.1;         // pause before the first retry; doubles each retry
+  std::string archive_dir = "";         // session snapshots; "" = <run dir>/archive/env
+};
+
+// [env.<family>]: per-family overrides of [env] (0 / "inherit" = use [env]).
+struct EnvFamilySection {
+  std::int64_t difficulty = 0;
+  ShapingChoice shaping = ShapingChoice::Inherit;
+  std::int64_t max_turns = 0;
+  double weight = 1.0;                  // share of new sessions drawn from this family
+};
+
+// [env.external]: the external-process family (JSON lines over stdin/stdout).
+struct ExternalEnvSection {
+  std::string command = "";             // shell command that starts one environment process
+  double startup_timeout_s = 10.0;      // the process must answer its first request by then
+};
+
 // [faults]: deliberate failures, for testing that the job survives or stops
 // cleanly. All off by default; never set them in production configs.
 struct FaultsSection {
   std::int64_t fail_rank = -1;   // this rank raises a fatal error once roles are assigned
   std::int64_t hang_rank = -1;   // this rank stops answering messages (it sleeps)
+  double env_hang_rate = 0.0;    // probability that an env step attempt hangs
+  double env_hang_s = 30.0;      // how long an injected hang lasts
+  double env_crash_rate = 0.0;   // probability that an env step attempt crashes
+  std::int64_t env_fault_attempts = 1;  // faults hit only the first N attempts of a step
+  std::int64_t env_fault_seed = 0;      // which steps are hit is a function of this seed
 };
 
 }  // namespace moerl::config
