@@ -2,6 +2,7 @@
 // The subcommands of the moerl binary. main.cpp declares the command line
 // (CLI11); each run_* function does the work and returns the exit status.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,19 @@ struct BenchOptionsCli {
   int threads = 0;
 };
 
+struct EnvPlayOptions {
+  std::string family = "maze";
+  std::uint64_t seed = 1;
+  int difficulty = 0;       // 0 = from the config ([env] difficulty)
+  bool shaped = false;
+  bool expert = false;      // let the scripted expert play
+  double error_rate = 0.0;  // the expert's error rate
+  std::string config_path;  // optional: for [env.external] command and defaults
+  std::vector<std::string> overrides;
+};
+
 int run_train(const TrainOptions& options);
+int run_env_play(const EnvPlayOptions& options);
 int run_config(const ConfigOptions& options);
 int run_bench(const BenchOptionsCli& options);
 

@@ -61,6 +61,23 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--threads", bench.threads, "Compute threads (default: as configured by the environment)");
   bench_cmd->add_flag("--list", bench.list, "List the benchmarks");
 
+  moerl::app::EnvPlayOptions play;
+  auto* env_cmd = app.add_subcommand("env", "Environments: play a session, benchmark the task families");
+  env_cmd->require_subcommand(1);
+  auto* play_cmd = env_cmd->add_subcommand("play", "Play one session in the terminal (one action per line)");
+  play_cmd->add_option("--family", play.family, "arithmetic | maze | guess | sort | lookup | external");
+  play_cmd->add_option("--seed", play.seed, "Task seed");
+  play_cmd->add_option("--difficulty", play.difficulty, "Difficulty (default: [env] difficulty)");
+  play_cmd->add_flag("--shaped", play.shaped, "Shaped rewards instead of sparse");
+  play_cmd->add_flag("--expert", play.expert, "Let the scripted expert play");
+  play_cmd->add_option("--error-rate", play.error_rate, "The expert's error rate");
+  play_cmd->add_option("-c,--config", play.config_path, "Run config (for [env] defaults and [env.external])");
+  play_cmd->add_option("--set", play.overrides, "Override a config key");
+  moerl::app::BenchOptionsCli env_bench;
+  auto* env_bench_cmd = env_cmd->add_subcommand("bench", "Env steps/s per family with many sessions on one worker (= moerl bench env)");
+  env_bench_cmd->add_option("--out", env_bench.out_path, "Write the result as JSON to this file");
+  env_bench_cmd->add_flag("--quick", env_bench.quick, "Fewer sessions and steps");
+
   auto* eval_cmd = app.add_subcommand("eval", kEvalHelp);
   auto* checkpoint_cmd = app.add_subcommand("checkpoint", kCheckpointHelp);
   checkpoint_cmd->allow_extras();
@@ -74,6 +91,11 @@ int main(int argc, char** argv) {
     return moerl::app::run_config(config);
   }
   if (*bench_cmd) return moerl::app::run_bench(bench);
+  if (*play_cmd) return moerl::app::run_env_play(play);
+  if (*env_bench_cmd) {
+    env_bench.name = "env";
+    return moerl::app::run_bench(env_bench);
+  }
   if (*eval_cmd) return unavailable("eval");
   if (*checkpoint_cmd) return unavailable("checkpoint");
   return 1;

@@ -13,6 +13,9 @@ const char* message_type_name(MessageType type) {
     case MessageType::MetricsReport: return "MetricsReport";
     case MessageType::StopRequest: return "StopRequest";
     case MessageType::Stop: return "Stop";
+    case MessageType::EnvRequest: return "EnvRequest";
+    case MessageType::EnvReply: return "EnvReply";
+    case MessageType::EnvCapacity: return "EnvCapacity";
   }
   return "unknown";
 }

@@ -36,8 +36,11 @@ enum class MessageType : std::uint16_t {
   MetricsReport = 5,  // every rank -> learner 0: a metrics snapshot
   StopRequest = 6,    // any rank -> learner 0: a signal or error asks the job to stop
   Stop = 7,           // learner 0 -> every rank: stop cleanly now
+  EnvRequest = 8,     // actor -> env worker: open/step/close/snapshot/restore a session
+  EnvReply = 9,       // env worker -> actor
+  EnvCapacity = 10,   // learner 0 -> env worker: change the live-session limit
 };
-constexpr std::uint16_t kMaxMessageType = 7;
+constexpr std::uint16_t kMaxMessageType = 10;
 
 const char* message_type_name(MessageType type);
 bool is_known_message_type(std::uint16_t value);

@@ -1,0 +1,66 @@
+#pragma once
+// The env worker role: a SessionHost served over the message layer. Actors
+// talk to it through EnvClient.
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "moerl/config/config.h"
+#include "moerl/env/env_messages.h"
+#include "moerl/env/session_host.h"
+#include "moerl/runtime/mailbox.h"
+
+namespace moerl::env {
+
+// SessionHost options from the run configuration.
+SessionHostOptions session_host_options(const config::Config& config, int compute_threads);
+
+class EnvWorkerService {
+ public:
+  EnvWorkerService(SessionHost& host, runtime::Mailbox& mailbox, int coordinator_rank = 0);
+
+  // One round: take every pending request, advance the sessions (waiting at
+  // most max_wait_s when idle), send every ready reply. Returns replies sent.
+  int serve_once(double max_wait_s = 0.002);
+  // Serves until should_stop() says so.
+  void serve(const std::function<bool()>& should_stop);
+
+ private:
+  SessionHost& host_;
+  runtime::Mailbox& mailbox_;
+  int coordinator_;
+};
+
+// The actor's side: requests go to the worker that owns the session
+// (session number modulo workers, unless restored elsewhere); replies come
+// back in one queue.
+class EnvClient {
+ public:
+  EnvClient(runtime::Mailbox& mailbox, std::vector<int> worker_ranks);
+
+  std::uint64_t open(std::uint64_t session, const TaskSpec& task);
+  std::uint64_t step(std::uint64_t session, const std::string& action);
+  std::uint64_t close(std::uint64_t session);
+  std::uint64_t snapshot(std::uint64_t session, bool to_archive);
+  // Restores on `worker_index` (any worker may take any session).
+  std::uint64_t restore(std::uint64_t session, const std::vector<std::uint8_t>& snapshot, int worker_index);
+  std::uint64_t restore_from_archive(std::uint64_t session, const std::string& path, int worker_index);
+
+  std::optional<EnvReply> poll();
+  // The next reply; TimeoutError naming the workers when none arrives in time.
+  EnvReply wait(double timeout_s);
+
+  int worker_of(std::uint64_t session) const;
+  size_t workers() const { return workers_.size(); }
+
+ private:
+  std::uint64_t send(EnvRequest request, int worker);
+
+  runtime::Mailbox& mailbox_;
+  std::vector<int> workers_;
+  std::map<std::uint64_t, int> placement_;  // sessions moved off their default worker
+  std::uint64_t next_request_ = 1;
+};
+
+}  // namespace moerl::env

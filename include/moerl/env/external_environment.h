@@ -1,0 +1,58 @@
+#pragma once
+// The `external` task family: a user program speaking the JSON-lines
+// protocol of docs/external_env.md on its stdin/stdout. One process per
+// session, started on open(); anything it does wrong (exits, stalls, writes
+// invalid JSON or wrong fields) becomes an ExternalEnvError, which the env
+// worker answers by restarting the process and replaying the session.
+
+#include <memory>
+#include <string>
+
+#include "moerl/env/child_process.h"
+#include "moerl/env/environment.h"
+
+namespace moerl::env {
+
+class ExternalEnvError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct ExternalEnvOptions {
+  std::string command;            // started with /bin/sh -c
+  double startup_timeout_s = 10;  // first answer (open) must come by then
+  double request_timeout_s = 10;  // every later answer
+};
+
+class ExternalEnvironment : public Environment {
+ public:
+  explicit ExternalEnvironment(ExternalEnvOptions options);
+  ~ExternalEnvironment() override;
+
+  std::string open(const TaskSpec& task) override;
+  StepResult step(const std::string& action) override;
+  std::vector<std::uint8_t> snapshot() const override;
+  void restore(const std::vector<std::uint8_t>& bytes) override;
+  std::string expert_action(double error_rate, std::uint64_t seed) const override;
+  void interrupt() override;
+  bool done() const override { return done_; }
+  bool succeeded() const override { return success_; }
+  int turns_taken() const override { return turns_; }
+  int max_turns() const override { return max_turns_; }
+
+ private:
+  // Sends one request and returns the validated answer object's text fields.
+  class Answer;
+  Answer request(const std::string& op, const std::string& fields, double timeout_s) const;
+
+  ExternalEnvOptions options_;
+  std::unique_ptr<ChildProcess> process_;
+  std::string session_;
+  mutable std::uint64_t next_request_id_ = 1;
+  bool done_ = false;
+  bool success_ = false;
+  int turns_ = 0;
+  int max_turns_ = 0;
+};
+
+}  // namespace moerl::env

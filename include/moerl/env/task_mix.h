@@ -1,0 +1,21 @@
+#pragma once
+// Which tasks new sessions get: the families of [env] families, drawn by
+// their [env.<family>] weight, with difficulty, shaping and step budget
+// resolved from [env.<family>] over [env].
+
+#include <cstdint>
+#include <string>
+
+#include "moerl/config/config.h"
+#include "moerl/env/environment.h"
+
+namespace moerl::env {
+
+// The task for `family` and `seed` under this configuration.
+TaskSpec make_task(const config::Config& config, const std::string& family, std::uint64_t seed);
+
+// A family drawn from [env] families by weight; `draw` is any 64-bit value
+// (e.g. a hash of the session number), so the mix is reproducible.
+std::string pick_family(const config::Config& config, std::uint64_t draw);
+
+}  // namespace moerl::env

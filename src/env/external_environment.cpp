@@ -1,0 +1,162 @@
+#include "moerl/env/external_environment.h"
+
+#include <atomic>
+
+#include "moerl/core/json_value.h"
+#include "moerl/core/json_writer.h"
+#include "moerl/runtime/wire.h"
+
+namespace moerl::env {
+namespace {
+
+std::atomic<std::uint64_t> g_session_counter{0};
+
+const char* shaping_name(RewardShaping shaping) {
+  return shaping == RewardShaping::Shaped ? "shaped" : "sparse";
+}
+
+}  // namespace
+
+class ExternalEnvironment::Answer {
+ public:
+  explicit Answer(JsonValue value) : value_(std::move(value)) {}
+  const JsonValue& json() const { return value_; }
+  std::string text(const char* key) const { return value_.at(key).as_string(); }
+
+ private:
+  JsonValue value_;
+};
+
+ExternalEnvironment::ExternalEnvironment(ExternalEnvOptions options) : options_(std::move(options)) {}
+
+ExternalEnvironment::~ExternalEnvironment() {
+  if (process_) {
+    try {
+      process_->write_line(R"({"id":0,"op":"close","session":")" + json_escape(session_) + "\"}");
+    } catch (const std::exception&) {
+      // Already gone: the destructor of process_ reaps it either way.
+    }
+  }
+}
+
+void ExternalEnvironment::interrupt() {
+  if (process_) process_->kill();
+}
+
+ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, const std::string& fields,
+                                                         double timeout_s) const {
+  if (!process_) throw ExternalEnvError("external environment used before open()");
+  const std::uint64_t id = next_request_id_++;
+  std::string line = "{\"id\":" + std::to_string(id) + ",\"op\":\"" + op + "\",\"session\":\"" +
+                     json_escape(session_) + "\"" + fields + "}";
+  const std::string who = "external environment '" + options_.command + "' (pid " +
+                          std::to_string(process_->pid()) + ")";
+  try {
+    process_->write_line(line);
+    const std::optional<std::string> reply = process_->read_line(timeout_s);
+    if (!reply)
+      throw ExternalEnvError(who + " did not answer '" + op + "' within " + std::to_string(timeout_s) + " s");
+    JsonValue value;
+    try {
+      value = JsonValue::parse(*reply);
+    } catch (const JsonError& error) {
+      throw ExternalEnvError(who + " answered '" + op + "' with invalid JSON (" + error.what() +
+                             "): " + reply->substr(0, 200));
+    }
+    if (!value.is_object()) throw ExternalEnvError(who + " answered '" + op + "' with a non-object");
+    if (value.at("id").as_number() != static_cast<double>(id))
+      throw ExternalEnvError(who + " answered request " + std::to_string(id) + " with the id of another");
+    if (!value.at("ok").as_bool()) {
+      const JsonValue* error = value.find("error");
+      throw ExternalEnvError(who + " refused '" + op +
+                             "': " + (error ? error->as_string() : std::string("no error text")));
+    }
+    return Answer(std::move(value));
+  } catch (const JsonError& error) {
+    throw ExternalEnvError(who + " answered '" + op + "' with wrong fields: " + error.what());
+  } catch (const ProcessError& error) {
+    throw ExternalEnvError(error.what());
+  }
+}
+
+std::string ExternalEnvironment::open(const TaskSpec& task) {
+  process_ = std::make_unique<ChildProcess>(options_.command);
+  session_ = "s" + std::to_string(g_session_counter.fetch_add(1));
+  done_ = success_ = false;
+  turns_ = 0;
+  JsonWriter fields;
+  fields.begin_object()
+      .key("family").value(task.family)
+      .key("difficulty").value(task.difficulty)
+      .key("seed").value(static_cast<std::int64_t>(task.seed))
+      .key("shaping").value(shaping_name(task.shaping))
+      .key("max_turns").value(task.max_turns)
+      .end_object();
+  // Splice the members into the request object: drop the braces.
+  const std::string members = "," + fields.str().substr(1, fields.str().size() - 2);
+  const Answer answer = request("open", members, options_.startup_timeout_s);
+  const JsonValue* turns = answer.json().find("max_turns");
+  max_turns_ = turns ? static_cast<int>(turns->as_number()) : task.max_turns;
+  return answer.text("observation");
+}
+
+StepResult ExternalEnvironment::step(const std::string& action) {
+  if (done_) throw ExternalEnvError("step on a finished external session");
+  const Answer answer = request("step", ",\"action\":\"" + json_escape(action) + "\"", options_.request_timeout_s);
+  StepResult result;
+  result.observation = answer.text("observation");
+  result.reward = answer.json().at("reward").as_number();
+  result.done = answer.json().at("done").as_bool();
+  if (const JsonValue* info = answer.json().find("info")) {
+    for (const auto& [key, value] : info->as_object())
+      result.info[key] = value.kind() == JsonValue::Kind::String ? value.as_string() : std::string("?");
+  }
+  ++turns_;
+  done_ = result.done;
+  if (const JsonValue* success = answer.json().find("success")) success_ = success->as_bool();
+  result.info["success"] = success_ ? "1" : "0";
+  return result;
+}
+
+std::vector<std::uint8_t> ExternalEnvironment::snapshot() const {
+  const Answer answer = request("snapshot", "", options_.request_timeout_s);
+  runtime::ByteWriter w;
+  w.put_string("external-v1");
+  w.put<std::int32_t>(turns_);
+  w.put<std::int32_t>(max_turns_);
+  w.put<std::uint8_t>(done_);
+  w.put<std::uint8_t>(success_);
+  w.put_string(answer.text("state"));
+  return w.take();
+}
+
+void ExternalEnvironment::restore(const std::vector<std::uint8_t>& bytes) {
+  runtime::ByteReader r(bytes);
+  try {
+    if (r.get_string() != "external-v1") throw ExternalEnvError("not an external-environment snapshot");
+    const int turns = r.get<std::int32_t>();
+    const int max_turns = r.get<std::int32_t>();
+    const bool done = r.get<std::uint8_t>() != 0;
+    const bool success = r.get<std::uint8_t>() != 0;
+    const std::string state = r.get_string();
+    r.expect_end();
+    request("restore", ",\"state\":\"" + json_escape(state) + "\"", options_.request_timeout_s);
+    turns_ = turns;
+    max_turns_ = max_turns;
+    done_ = done;
+    success_ = success;
+  } catch (const runtime::WireError& error) {
+    throw ExternalEnvError(std::string("corrupt external-environment snapshot: ") + error.what());
+  }
+}
+
+std::string ExternalEnvironment::expert_action(double error_rate, std::uint64_t seed) const {
+  JsonWriter rate;
+  rate.value(error_rate);
+  return request("expert",
+                 ",\"error_rate\":" + rate.str() + ",\"seed\":" + std::to_string(seed & ((1ull << 53) - 1)),
+                 options_.request_timeout_s)
+      .text("action");
+}
+
+}  // namespace moerl::env

@@ -1,0 +1,49 @@
+#include "moerl/env/task_mix.h"
+
+#include "moerl/core/error.h"
+
+namespace moerl::env {
+namespace {
+
+const config::EnvFamilySection* overrides_for(const config::Config& config, const std::string& family) {
+  const auto it = config.env_families.find(family);
+  return it == config.env_families.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+TaskSpec make_task(const config::Config& config, const std::string& family, std::uint64_t seed) {
+  TaskSpec task;
+  task.family = family;
+  task.seed = seed;
+  task.difficulty = static_cast<int>(config.env.difficulty);
+  task.shaping = config.env.shaping == config::Shaping::Shaped ? RewardShaping::Shaped : RewardShaping::Sparse;
+  task.max_turns = static_cast<int>(config.env.max_turns);
+  if (const auto* own = overrides_for(config, family)) {
+    if (own->difficulty > 0) task.difficulty = static_cast<int>(own->difficulty);
+    if (own->max_turns > 0) task.max_turns = static_cast<int>(own->max_turns);
+    if (own->shaping != config::ShapingChoice::Inherit)
+      task.shaping = own->shaping == config::ShapingChoice::Shaped ? RewardShaping::Shaped : RewardShaping::Sparse;
+  }
+  return task;
+}
+
+std::string pick_family(const config::Config& config, std::uint64_t draw) {
+  const auto& families = config.env.families;
+  MOERL_CHECK(!families.empty(), "[env] families is empty");
+  double total = 0;
+  for (const std::string& f : families) {
+    const auto* own = overrides_for(config, f);
+    total += own ? own->weight : 1.0;
+  }
+  if (total <= 0) return families[draw % families.size()];
+  double point = static_cast<double>(draw >> 11) * 0x1.0p-53 * total;
+  for (const std::string& f : families) {
+    const auto* own = overrides_for(config, f);
+    point -= own ? own->weight : 1.0;
+    if (point < 0) return f;
+  }
+  return families.back();
+}
+
+}  // namespace moerl::env
