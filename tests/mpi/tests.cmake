@@ -2,3 +2,4 @@
 moerl_mpi_test(mailbox 3 "[mailbox]")
 moerl_mpi_test(world 4 "[world]")
 moerl_mpi_test(stop 4 "[stop]")
+moerl_mpi_test(env_worker 3 "[envworker]")
