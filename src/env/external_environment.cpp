@@ -17,14 +17,32 @@ const char* shaping_name(RewardShaping shaping) {
 
 }  // namespace
 
+// A validated answer. Field accessors turn a missing or mistyped field into
+// an ExternalEnvError that names the process and the request.
 class ExternalEnvironment::Answer {
  public:
-  explicit Answer(JsonValue value) : value_(std::move(value)) {}
-  const JsonValue& json() const { return value_; }
-  std::string text(const char* key) const { return value_.at(key).as_string(); }
-
+  Answer(JsonValue value, std::string context) : value_(std::move(value)), context_(std::move(context)) {}
+  template <typename F>
+  auto guarded(F&& read) const -> decltype(read()) {
+    try {
+      return read();
+    } catch (const JsonError& error) {
+      throw ExternalEnvError(context_ + " with wrong fields: " + error.what());
+    }
+  }
+  std::string text(const char* key) const {
+    return guarded([&] { return value_.at(key).as_string(); });
+  }
+  double number(const char* key) const {
+    return guarded([&] { return value_.at(key).as_number(); });
+  }
+  bool flag(const char* key) const {
+    return guarded([&] { return value_.at(key).as_bool(); });
+  }
+  const JsonValue* find(const char* key) const { return value_.find(key); }
  private:
   JsonValue value_;
+  std::string context_;
 };
 
 ExternalEnvironment::ExternalEnvironment(ExternalEnvOptions options) : options_(std::move(options)) {}
@@ -71,7 +89,7 @@ ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, 
       throw ExternalEnvError(who + " refused '" + op +
                              "': " + (error ? error->as_string() : std::string("no error text")));
     }
-    return Answer(std::move(value));
+    return Answer(std::move(value), who + " answered '" + op + "'");
   } catch (const JsonError& error) {
     throw ExternalEnvError(who + " answered '" + op + "' with wrong fields: " + error.what());
   } catch (const ProcessError& error) {
@@ -95,8 +113,7 @@ std::string ExternalEnvironment::open(const TaskSpec& task) {
   // Splice the members into the request object: drop the braces.
   const std::string members = "," + fields.str().substr(1, fields.str().size() - 2);
   const Answer answer = request("open", members, options_.startup_timeout_s);
-  const JsonValue* turns = answer.json().find("max_turns");
-  max_turns_ = turns ? static_cast<int>(turns->as_number()) : task.max_turns;
+  max_turns_ = answer.find("max_turns") ? static_cast<int>(answer.number("max_turns")) : task.max_turns;
   return answer.text("observation");
 }
 
@@ -105,15 +122,17 @@ StepResult ExternalEnvironment::step(const std::string& action) {
   const Answer answer = request("step", ",\"action\":\"" + json_escape(action) + "\"", options_.request_timeout_s);
   StepResult result;
   result.observation = answer.text("observation");
-  result.reward = answer.json().at("reward").as_number();
-  result.done = answer.json().at("done").as_bool();
-  if (const JsonValue* info = answer.json().find("info")) {
-    for (const auto& [key, value] : info->as_object())
-      result.info[key] = value.kind() == JsonValue::Kind::String ? value.as_string() : std::string("?");
+  result.reward = answer.number("reward");
+  result.done = answer.flag("done");
+  if (const JsonValue* info = answer.find("info")) {
+    answer.guarded([&] {
+      for (const auto& [key, value] : info->as_object()) result.info[key] = value.as_string();
+      return 0;
+    });
   }
   ++turns_;
   done_ = result.done;
-  if (const JsonValue* success = answer.json().find("success")) success_ = success->as_bool();
+  if (answer.find("success")) success_ = answer.flag("success");
   result.info["success"] = success_ ? "1" : "0";
   return result;
 }

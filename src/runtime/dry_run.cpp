@@ -144,9 +144,13 @@ void collect_metrics(const config::Config& config, const World& world, Mailbox& 
 DryRunResult run_dry_run(const config::Config& config, const World& world, Mailbox& mailbox) {
   const double started = monotonic_seconds();
   DryRunResult result;
+  spdlog::info("{} on {} (pid {}), {} compute threads", world.role_label(), world.hostname(),
+               static_cast<long>(getpid()), world.compute_threads());
   inject_faults(config, world);
   check_in(config, world, mailbox, result);
+  spdlog::debug("checked in with learner 0");
   ping_everyone(world, mailbox);
+  spdlog::debug("pinged {} peers", world.size() - 1);
   collect_metrics(config, world, mailbox, result);
   // Everyone stays until learner 0 has written its results, then all leave together.
   if (world.is_coordinator()) {

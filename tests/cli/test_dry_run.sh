@@ -19,4 +19,12 @@ assert sorted(r["rank"] for r in record["ranks"]) == [0, 1, 2, 3], record["ranks
 assert record["roles"]["actor"]["ranks"] == 2
 assert record["roles"]["actor"]["histograms"]["runtime.ping_round_trip_s"]["count"] == 6
 PY
+# Per-rank log files, every line tagged with rank and role.
+"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$SOURCE_DIR/configs/quickstart.toml" --dry-run \
+  --set run.output_dir="$WORK/runs2" --set telemetry.per_rank_log_files=true --log-level debug >out.txt 2>&1
+expect_status 0 $? "dry run with per-rank logs"
+for rank in 0 1 2 3; do
+  [ -s "$WORK/runs2/quickstart/logs/rank-$rank.log" ] || fail "rank $rank log file missing or empty"
+done
+expect_contains "$WORK/runs2/quickstart/logs/rank-3.log" "[rank 3 env_worker 0]" "rank/role tag in the log"
 finish

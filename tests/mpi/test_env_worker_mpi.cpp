@@ -141,6 +141,23 @@ TEST_CASE("a permanently failing step is recorded and other sessions go on", "[e
     // The worker still serves: a new session opens fine.
     client.open(2, task);
     CHECK(client.wait(30.0).ok);
+    // Elastic capacity: learner 0 shrinks the workers to 1 live session each
+    // (session 2 is live on the worker that would take the third).
+    for (int w : cluster.workers()) mailbox.send(w, EnvCapacityMessage{1});
+    TaskSpec other = task;
+    const std::uint64_t third = 2 + cluster.workers().size();  // same worker as session 2
+    bool refused = false;
+    for (int tries = 0; tries < 50 && !refused; ++tries) {  // the capacity message may land after the open
+      client.open(third, other);
+      const EnvReply reply = client.wait(30.0);
+      refused = !reply.ok && reply.error.find("at capacity (1 sessions") != std::string::npos;
+      if (reply.ok) {
+        client.close(third);
+        client.wait(30.0);
+        usleep(20000);
+      }
+    }
+    CHECK(refused);
   });
 }
 

@@ -348,3 +348,18 @@ TEST_CASE("an external command that cannot start fails clearly after retries", "
   CHECK_FALSE(reply.ok);
   CHECK_THAT(reply.error, Catch::Contains("open failed after 3 attempts") && Catch::Contains("exited with status 7"));
 }
+
+TEST_CASE("an external process answering with wrong fields is refused clearly", "[env][external][faults]") {
+  // A shell "environment" that answers every request with the right id but no observation.
+  SessionHostOptions options = fast_options();
+  options.env.max_retries = 1;
+  options.external.command =
+      "while read -r line; do id=$(echo \"$line\" | sed 's/.*\"id\":\\([0-9]*\\).*/\\1/'); "
+      "echo \"{\\\"id\\\":$id,\\\"ok\\\":true}\"; done";
+  SessionHost host(options);
+  host.submit(open_request(1, "external", 1));
+  const EnvReply reply = await(host, 1001);
+  CHECK_FALSE(reply.ok);
+  CHECK_THAT(reply.error, Catch::Contains("open failed after 2 attempts") &&
+                              Catch::Contains("wrong fields: missing field 'observation'"));
+}
