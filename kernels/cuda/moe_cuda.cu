@@ -32,34 +32,53 @@ __global__ void plan_tile_counts(const std::int64_t* __restrict__ expert_idx,
   }
 }
 
-// One block. Turns tile counts into each tile's exclusive start per expert
-// (in place), and writes routed, counts, padded offsets and dropped.
-__global__ void plan_scan(std::int64_t* __restrict__ tile_counts, std::int64_t tiles, int experts,
-                          std::int64_t capacity, std::int64_t block,
-                          std::int64_t* __restrict__ routed, std::int64_t* __restrict__ counts,
-                          std::int64_t* __restrict__ offsets, std::int64_t* __restrict__ dropped) {
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) {
-    std::int64_t running = 0;
-    for (std::int64_t t = 0; t < tiles; ++t) {
-      const std::int64_t v = tile_counts[t * experts + e];
-      tile_counts[t * experts + e] = running;
-      running += v;
+// One block per expert: turns that expert's column of tile counts into each
+// tile's exclusive start (in place, a block-wide scan over 256 tiles at a
+// time), and writes routed[e] and counts[e] (after capacity).
+__global__ void plan_scan_expert(std::int64_t* __restrict__ tile_counts, std::int64_t tiles,
+                                 int experts, std::int64_t capacity,
+                                 std::int64_t* __restrict__ routed,
+                                 std::int64_t* __restrict__ counts) {
+  __shared__ std::int64_t buf[kPlanTile];
+  const int e = blockIdx.x;
+  const int i = threadIdx.x;
+  std::int64_t carry = 0;  // the same in every thread
+  for (std::int64_t base = 0; base < tiles; base += kPlanTile) {
+    const std::int64_t t = base + i;
+    const std::int64_t v = t < tiles ? tile_counts[t * experts + e] : 0;
+    buf[i] = v;
+    __syncthreads();
+    for (int off = 1; off < kPlanTile; off <<= 1) {  // inclusive Hillis-Steele scan
+      const std::int64_t add = i >= off ? buf[i - off] : 0;
+      __syncthreads();
+      buf[i] += add;
+      __syncthreads();
     }
-    routed[e] = running;
-    counts[e] = capacity < 0 ? running : (running < capacity ? running : capacity);
+    if (t < tiles) tile_counts[t * experts + e] = carry + buf[i] - v;
+    const std::int64_t chunk_total = buf[kPlanTile - 1];
+    __syncthreads();  // all reads of buf done before the next chunk overwrites it
+    carry += chunk_total;
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    // E is small (tens to hundreds): a serial scan is cheaper than a tree here.
-    std::int64_t start = 0, lost = 0;
-    for (int e = 0; e < experts; ++e) {
-      offsets[e] = start;
-      start += (counts[e] + block - 1) / block * block;
-      lost += routed[e] - counts[e];
-    }
-    offsets[experts] = start;
-    dropped[0] = lost;
+  if (i == 0) {
+    routed[e] = carry;
+    counts[e] = capacity < 0 ? carry : (carry < capacity ? carry : capacity);
   }
+}
+
+// One thread: padded segment starts and the dropped total. E is tens to
+// hundreds, so a serial pass is cheaper than another scan launch.
+__global__ void plan_offsets(int experts, std::int64_t block, const std::int64_t* __restrict__ routed,
+                             const std::int64_t* __restrict__ counts,
+                             std::int64_t* __restrict__ offsets, std::int64_t* __restrict__ dropped) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  std::int64_t start = 0, lost = 0;
+  for (int e = 0; e < experts; ++e) {
+    offsets[e] = start;
+    start += (counts[e] + block - 1) / block * block;
+    lost += routed[e] - counts[e];
+  }
+  offsets[experts] = start;
+  dropped[0] = lost;
 }
 
 // Each assignment's rank among same-expert assignments before it (stable).
@@ -320,8 +339,9 @@ cudaError_t moe_plan_cuda(const std::int64_t* expert_idx, std::int64_t tokens, s
     plan_tile_counts<<<static_cast<unsigned>(tiles), kPlanTile, sizeof(int) * experts, stream>>>(
         expert_idx, assignments, e32, tile_counts);
   }
-  plan_scan<<<1, 256, 0, stream>>>(tile_counts, tiles, e32, capacity, block, routed, counts,
-                                   offsets, dropped);
+  plan_scan_expert<<<static_cast<unsigned>(experts), kPlanTile, 0, stream>>>(
+      tile_counts, tiles, e32, capacity, routed, counts);
+  plan_offsets<<<1, 32, 0, stream>>>(e32, block, routed, counts, offsets, dropped);
   if (tiles > 0) {
     plan_assign<<<static_cast<unsigned>(tiles), kPlanTile, 0, stream>>>(
         expert_idx, assignments, e32, capacity, tile_counts, offsets, dest_row, row_source);

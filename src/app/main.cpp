@@ -2,6 +2,7 @@
 // a job; the other subcommands inspect configs, checkpoints and benchmarks.
 
 #include <CLI/CLI.hpp>
+#include <malloc.h>
 
 #include <iostream>
 
@@ -26,6 +27,11 @@ int unavailable(const std::string& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Keep large tensor buffers in the heap instead of fresh mmaps: otherwise
+  // every MoE dispatch buffer is page-faulted in anew on each call (measured:
+  // 21% of a CPU MoE layer's time; dispatch+combine 4 -> 22 GB/s with this).
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"moerl: reinforcement-learning post-training of Mixture-of-Experts language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", moerl::app::version_text());

@@ -127,6 +127,7 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x, const torch::Tenso
   out.expert_indices = r.expert_indices;
   out.aux_loss = (moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss)
                      .to(x.scalar_type());
+  if (!collect_stats_) return out;
   // Statistics are host values: one small device-to-host copy per forward,
   // after all the launches of the layer have been queued.
   auto counters = torch::cat({plan.routed, plan.dropped});
@@ -147,6 +148,12 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
   const std::int64_t capacity = expert_capacity(moe, tokens);
   auto gates = r.gates.to(x.scalar_type());
   auto y = torch::zeros_like(x);
+  // Per-expert weight views, as a ModuleList of per-expert Linear layers
+  // would hold them (unbind once: its backward stacks the gradients once,
+  // rather than one full-size gradient per expert as indexing would).
+  auto w_gate = layer.experts->gate_proj.unbind(0);
+  auto w_up = layer.experts->up_proj.unbind(0);
+  auto w_down = layer.experts->down_proj.unbind(0);
   std::vector<std::int64_t> loads(moe.num_experts, 0);
   std::int64_t dropped = 0;
   for (std::int64_t e = 0; e < moe.num_experts; ++e) {
@@ -161,10 +168,9 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
     }
     auto token = hit.select(1, 0), slot = hit.select(1, 1);
     auto xs = x.index_select(0, token);
-    auto ys = swiglu(xs, layer.experts->gate_proj[e], layer.experts->up_proj[e],
-                     layer.experts->down_proj[e]);
+    auto ys = swiglu(xs, w_gate[e], w_up[e], w_down[e]);
     auto w = gates.index({token, slot}).unsqueeze(1);
-    y = y.index_add(0, token, ys * w);
+    y.index_add_(0, token, ys * w);
   }
   MoeOutput out;
   out.hidden = layer.shared_expert ? y + layer.shared_expert->forward(x) : y;

@@ -275,15 +275,28 @@ SwiGluActivations swiglu_forward_cpu(const torch::Tensor& x, const torch::Tensor
                                      const torch::Tensor& offsets, std::int64_t experts) {
   const std::int64_t rows = x.size(0), hidden = x.size(1), d_expert = wg.size(1);
   SwiGluActivations a;
-  a.gate_pre = torch::zeros({rows, d_expert}, x.options());
-  a.up = torch::zeros({rows, d_expert}, x.options());
-  a.act = torch::zeros({rows, d_expert}, x.options());
-  a.out = torch::zeros({rows, hidden}, x.options());
-  // Blocks of ~128 rows keep BLAS efficient while giving threads enough items.
-  const auto segs = cpu_segments(offsets, experts, 128);
+  // Rows inside segments are all overwritten below; only rows past the last
+  // segment need zeros (in the output; the saved activations there are unused).
+  const std::int64_t used = offsets.data_ptr<std::int64_t>()[experts];
+  a.gate_pre = torch::empty({rows, d_expert}, x.options());
+  a.up = torch::empty({rows, d_expert}, x.options());
+  a.act = torch::empty({rows, d_expert}, x.options());
+  a.out = torch::empty({rows, hidden}, x.options());
+  a.out.narrow(0, used, rows - used).zero_();
+  // Split segments into row blocks only as far as the threads need items:
+  // every extra block re-packs the expert's weights inside BLAS. Blocks stay
+  // >= 128 rows so each GEMM remains efficient.
+  const std::int64_t threads = at::get_num_threads();
+  const std::int64_t block_rows =
+      threads <= 1 ? std::max<std::int64_t>(rows, 1)
+                   : std::max<std::int64_t>(128, (used + 4 * threads - 1) / (4 * threads));
+  const auto segs = cpu_segments(offsets, experts, block_rows);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_swiglu_fwd", [&] {
     at::parallel_for(0, static_cast<std::int64_t>(segs.size()), 1,
                      [&](std::int64_t b, std::int64_t e) {
+      // Grad mode is thread-local: make sure worker threads never record the
+      // out= GEMMs on inputs that require grad.
+      torch::NoGradGuard no_grad;
       for (std::int64_t i = b; i < e; ++i) {
         const Segment& s = segs[i];
         const std::int64_t n = s.end - s.begin;
@@ -380,16 +393,26 @@ class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunc
 #endif
     } else {
       const std::int64_t rows = x.size(0);
-      dx = torch::zeros({rows, hidden}, x.options());
-      dwg = torch::zeros_like(wg);
-      dwu = torch::zeros_like(wu);
-      dwd = torch::zeros_like(wd);
+      const auto* off = offsets.data_ptr<std::int64_t>();
+      dx = torch::empty({rows, hidden}, x.options());
+      dx.narrow(0, off[experts], rows - off[experts]).zero_();
+      dwg = torch::empty_like(wg);
+      dwu = torch::empty_like(wu);
+      dwd = torch::empty_like(wd);
+      for (std::int64_t e = 0; e < experts; ++e) {
+        if (off[e + 1] == off[e]) {  // no rows: mm_out below never writes these
+          dwg.select(0, e).zero_();
+          dwu.select(0, e).zero_();
+          dwd.select(0, e).zero_();
+        }
+      }
       auto dg_all = torch::empty({rows, d_expert}, x.options());
       auto du_all = torch::empty({rows, d_expert}, x.options());
       const auto segs = cpu_segments(offsets, experts, std::max<std::int64_t>(rows, 1));
       AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_swiglu_bwd", [&] {
         at::parallel_for(0, static_cast<std::int64_t>(segs.size()), 1,
                          [&](std::int64_t b, std::int64_t e) {
+          torch::NoGradGuard no_grad;  // thread-local, as in the forward
           for (std::int64_t i = b; i < e; ++i) {
             const Segment& sg = segs[i];
             const std::int64_t n = sg.end - sg.begin, ex = sg.expert;

@@ -282,6 +282,9 @@ int main(int argc, char** argv) {
   }
   check_case(989, 200, 64, 8, 1, 0.0, 96, rng);
   check_case(989, 200, 64, 6, 8, 1.25, 72, rng);
+  // > 256 tiles of 256 assignments: the plan's per-expert scan runs several chunks.
+  check_case(20011, 24, 64, 8, 1, 0.0, 40, rng);
+  check_case(9001, 20, 16, 8, 4, 1.1, 12, rng);
   if (g_failures) {
     std::fprintf(stderr, "moerl_gpu_tests: %d check(s) failed\n", g_failures);
     return 1;

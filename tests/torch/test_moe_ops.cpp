@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <ATen/Parallel.h>
+
 #include <cmath>
 #include <functional>
 #include <sstream>
@@ -350,6 +352,11 @@ TEST_CASE("moe layer: empty input and bad shapes", "[moe]") {
   auto out = layer->forward(torch::zeros({0, 8}));
   REQUIRE(out.hidden.sizes() == torch::IntArrayRef({0, 8}));
   REQUIRE(out.stats.dropped_tokens == 0);
+  REQUIRE(out.stats.tokens_per_expert == std::vector<std::int64_t>(4, 0));
+  layer->set_collect_stats(false);
+  auto quiet = layer->forward(torch::randn({5, 8}));
+  REQUIRE(quiet.stats.tokens_per_expert.empty());
+  REQUIRE(quiet.hidden.sizes() == torch::IntArrayRef({5, 8}));
   REQUIRE_THROWS(layer->forward(torch::zeros({3, 7})));
   REQUIRE_THROWS(layer->forward(torch::zeros({3, 8}), torch::zeros({3, 5}, torch::kInt64)));
   REQUIRE_THROWS(moe::make_route_plan(torch::full({2, 2}, 9, torch::kInt64), 4, -1, 1));
@@ -400,4 +407,26 @@ TEST_CASE("moe layer on CUDA matches the reference and the CPU", "[moe][cuda]") 
     }
   }
   std::printf("cuda layer checked\n");
+}
+
+TEST_CASE("moe layer: multi-threaded CPU path (row-block split) matches the reference", "[moe]") {
+  torch::manual_seed(10);
+  const int saved = at::get_num_threads();
+  at::set_num_threads(3);
+  LayerCase c{2, 0, 1, 0.0, RouterMode::SoftmaxThenTopK, true};
+  auto layer = make_layer(4, c, 24, 17, torch::kDouble);  // ~500 rows per expert: split
+  auto x = leaf(torch::randn({989, 24}, f64()));
+  auto ours = layer->forward(x);
+  auto ref = moe::reference_moe_forward(*layer, x);
+  require_close("hidden (3 threads)", ours.hidden, ref.hidden, 1e-12, 1e-10);
+  std::vector<torch::Tensor> wrt = layer->parameters();
+  wrt.push_back(x);
+  auto g1 = torch::autograd::grad({ours.hidden.sum()}, wrt, {}, true, false, true);
+  auto g2 = torch::autograd::grad({ref.hidden.sum()}, wrt, {}, true, false, true);
+  for (std::size_t i = 0; i < wrt.size(); ++i) {
+    auto a = g1[i].defined() ? g1[i] : torch::zeros_like(wrt[i]);
+    auto b = g2[i].defined() ? g2[i] : torch::zeros_like(wrt[i]);
+    require_close("grad (3 threads) " + std::to_string(i), a, b, 1e-12, 1e-9);
+  }
+  at::set_num_threads(saved);
 }

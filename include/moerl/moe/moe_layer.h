@@ -16,8 +16,11 @@
 //   shared_expert.gate_proj.weight [S*d_expert, d_model]  (Qwen2-MoE shared_expert.*,
 //   shared_expert.up_proj.weight   [S*d_expert, d_model]   S = moe.shared_experts;
 //   shared_expert.down_proj.weight [d_model, S*d_expert]   absent when S = 0)
-// Qwen2-MoE's scalar `shared_expert_gate` is not modelled: the shared expert's
-// output is added with weight 1 (Qwen1.5-MoE checkpoints need it folded in).
+// Qwen2-MoE's per-token sigmoid `shared_expert_gate` [1, d_model] is not
+// modelled: the shared expert's output is added with weight 1, so importing a
+// Qwen2-MoE checkpoint exactly would need that gate added here.
+// Router equivalences: Mixtral = SoftmaxThenTopK with renormalize (identical to
+// TopKThenSoftmax); Qwen2-MoE = SoftmaxThenTopK, renormalize = norm_topk_prob.
 
 #include <cstdint>
 #include <vector>
@@ -70,6 +73,12 @@ class MoeFeedForwardImpl : public torch::nn::Module {
 
   const config::MoeSection& moe_config() const { return moe_; }
 
+  // RouterStats are host values: on GPU, filling them costs one small
+  // device-to-host copy (a stream sync) per forward. Callers that never read
+  // them (e.g. decode steps) can switch them off; `stats` then stays empty.
+  void set_collect_stats(bool on) { collect_stats_ = on; }
+  bool collect_stats() const { return collect_stats_; }
+
   torch::nn::Linear gate{nullptr};       // router, weight [E, d_model]
   MoeExperts experts{nullptr};
   SwiGlu shared_expert{nullptr};         // null when moe.shared_experts == 0
@@ -77,17 +86,22 @@ class MoeFeedForwardImpl : public torch::nn::Module {
  private:
   config::MoeSection moe_;
   std::int64_t d_model_ = 0;
+  bool collect_stats_ = true;
 };
 TORCH_MODULE(MoeFeedForward);
 
-// The textbook per-expert loop over the same parameters and routing: for each
-// expert one mask, one index_select and one index_add. Slow but obviously
-// right; the tests and the benchmark baseline compare against it.
+// The textbook per-expert loop over the same parameters and routing, as
+// Mixtral-style model code writes it: for each expert one mask (nonzero), one
+// index_select, the expert's SwiGLU on per-expert weight views (unbind, like a
+// ModuleList of Linear layers) and one in-place index_add_. Obviously right;
+// the tests compare against it and the benchmark uses it as the baseline.
+// Capacity drops the same assignments (the first `capacity` per expert in
+// token order are kept).
 MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& x,
                                 const torch::Tensor& forced_experts = torch::Tensor());
 
-// Per-token capacity of one expert for T tokens: ceil(capacity_factor*T*k/E),
-// or -1 (unbounded) when capacity_factor <= 0.
+// Capacity of one expert for a batch of T tokens: ceil(capacity_factor*T*k/E),
+// or -1 (unbounded, dropless) when capacity_factor <= 0.
 std::int64_t expert_capacity(const config::MoeSection& moe, std::int64_t num_tokens);
 
 }  // namespace moerl::moe

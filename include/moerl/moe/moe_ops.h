@@ -2,7 +2,8 @@
 // The MoE operators, each with autograd, on CPU (float, double) and CUDA
 // (float): route -> plan -> dispatch -> grouped SwiGLU -> combine. Thin
 // LibTorch adapters over the raw-pointer kernels in moerl_kernels/moe.h.
-// Include after the LibTorch precompiled header.
+// Gradients are first order only (the backward kernels are not themselves
+// differentiable). Include after the LibTorch precompiled header.
 
 #include <cstdint>
 
