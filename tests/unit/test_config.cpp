@@ -115,7 +115,7 @@ TEST_CASE("TOML syntax errors carry their line", "[config]") {
   CHECK(issues[0].source == "test.toml");
 }
 
-TEST_CASE("--set overrides keys with the same validation", "[config]") {
+TEST_CASE("command-line overrides (--set) get the same validation", "[config]") {
   const Config c = load_config_text("[moe]\ntop_k = 2\n", "x.toml",
                                     {"moe.top_k=4", "run.name=exp7", "telemetry.log_level=debug",
                                      "cluster.message_timeout_s=1.5"});
