@@ -1,0 +1,66 @@
+#pragma once
+// Collectives over one group of ranks, behind one interface with two
+// backends: MPI (host memory, CPU runs) and NCCL (device memory, GPU runs;
+// bootstrapped over MPI). Topology (which ranks, which group) is decided by
+// runtime::World; this layer only moves bytes.
+//
+// Every operation is non-blocking underneath and every wait takes a timeout:
+// a collective that a peer never joins ends in a CommTimeout naming the
+// operation and the group, not in a hung job.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "moerl/core/error.h"
+
+namespace moerl::comm {
+
+class CommTimeout : public Error {
+ public:
+  using Error::Error;
+};
+
+enum class DataType { Float32, Float64, Int64, Byte };
+size_t element_size(DataType type);
+const char* data_type_name(DataType type);
+
+// A collective in flight.
+class CommRequest {
+ public:
+  virtual ~CommRequest() = default;
+  // True once complete; never blocks.
+  virtual bool test() = 0;
+  // Blocks until complete or throws CommTimeout after timeout_s.
+  void wait(double timeout_s);
+  virtual std::string describe() const = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "mpi" or "nccl"
+  // "sync group (learner 0 + 2 actors)": how errors name the group.
+  virtual const std::string& name() const = 0;
+
+  virtual std::unique_ptr<CommRequest> broadcast_async(void* data, size_t count, DataType type, int root) = 0;
+  virtual std::unique_ptr<CommRequest> allreduce_sum_async(void* data, size_t count, DataType type) = 0;
+  // counts and displacements in elements, one per rank.
+  virtual std::unique_ptr<CommRequest> alltoallv_async(const void* send, const std::vector<size_t>& send_counts,
+                                                       const std::vector<size_t>& send_displs, void* receive,
+                                                       const std::vector<size_t>& receive_counts,
+                                                       const std::vector<size_t>& receive_displs, DataType type) = 0;
+  virtual std::unique_ptr<CommRequest> barrier_async() = 0;
+
+  // Blocking forms with a timeout.
+  void broadcast(void* data, size_t count, DataType type, int root, double timeout_s);
+  void allreduce_sum(void* data, size_t count, DataType type, double timeout_s);
+  void barrier(double timeout_s);
+};
+
+}  // namespace moerl::comm

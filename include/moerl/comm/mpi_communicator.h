@@ -1,0 +1,40 @@
+#pragma once
+// The MPI backend of Communicator: host memory, non-blocking MPI collectives
+// (MPI_Ibcast, MPI_Iallreduce, MPI_Ialltoallv, MPI_Ibarrier) completed by
+// MPI_Test polling, so waits can time out.
+
+#include <mpi.h>
+
+#include "moerl/comm/communicator.h"
+
+namespace moerl::comm {
+
+class MpiCommunicator : public Communicator {
+ public:
+  // Duplicates `comm`: our collectives never match someone else's.
+  MpiCommunicator(MPI_Comm comm, std::string name);
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+  const std::string& name() const override { return name_; }
+
+  std::unique_ptr<CommRequest> broadcast_async(void* data, size_t count, DataType type, int root) override;
+  std::unique_ptr<CommRequest> allreduce_sum_async(void* data, size_t count, DataType type) override;
+  std::unique_ptr<CommRequest> alltoallv_async(const void* send, const std::vector<size_t>& send_counts,
+                                               const std::vector<size_t>& send_displs, void* receive,
+                                               const std::vector<size_t>& receive_counts,
+                                               const std::vector<size_t>& receive_displs, DataType type) override;
+  std::unique_ptr<CommRequest> barrier_async() override;
+
+  MPI_Comm comm() const { return comm_; }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  std::string name_;
+};
+
+}  // namespace moerl::comm

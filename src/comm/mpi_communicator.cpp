@@ -1,0 +1,112 @@
+#include "moerl/comm/mpi_communicator.h"
+
+#include <climits>
+
+namespace moerl::comm {
+namespace {
+
+MPI_Datatype mpi_type(DataType type) {
+  switch (type) {
+    case DataType::Float32: return MPI_FLOAT;
+    case DataType::Float64: return MPI_DOUBLE;
+    case DataType::Int64: return MPI_INT64_T;
+    case DataType::Byte: return MPI_BYTE;
+  }
+  return MPI_BYTE;
+}
+
+int checked_count(size_t count, const char* operation) {
+  // MPI counts are int; larger transfers are split by the callers (buckets).
+  MOERL_CHECK(count <= static_cast<size_t>(INT_MAX),
+              std::string(operation) + " of " + std::to_string(count) + " elements exceeds MPI's int count");
+  return static_cast<int>(count);
+}
+
+class MpiRequest : public CommRequest {
+ public:
+  MpiRequest(std::string what) : what_(std::move(what)) {}
+  // An abandoned (timed-out) collective can be neither cancelled nor freed
+  // in MPI; the job is being stopped by then, so its handle is left behind.
+  ~MpiRequest() override = default;
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MOERL_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    done_ = flag != 0;
+    return done_;
+  }
+  std::string describe() const override { return what_; }
+  MPI_Request* handle() { return &request_; }
+
+ private:
+  std::string what_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::move(name)) {
+  MOERL_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
+  MOERL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MOERL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::broadcast_async(void* data, size_t count, DataType type, int root) {
+  auto request = std::make_unique<MpiRequest>("MPI broadcast of " + std::to_string(count) + " " +
+                                              data_type_name(type) + " from rank " + std::to_string(root) +
+                                              " in " + name_);
+  MOERL_MPI_CHECK(MPI_Ibcast(data, checked_count(count, "broadcast"), mpi_type(type), root, comm_, request->handle()));
+  return request;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::allreduce_sum_async(void* data, size_t count, DataType type) {
+  auto request = std::make_unique<MpiRequest>("MPI all-reduce of " + std::to_string(count) + " " +
+                                              data_type_name(type) + " in " + name_);
+  MOERL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count, "all-reduce"), mpi_type(type), MPI_SUM,
+                                 comm_, request->handle()));
+  return request;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::alltoallv_async(const void* send, const std::vector<size_t>& send_counts,
+                                                              const std::vector<size_t>& send_displs, void* receive,
+                                                              const std::vector<size_t>& receive_counts,
+                                                              const std::vector<size_t>& receive_displs, DataType type) {
+  const size_t n = static_cast<size_t>(size_);
+  MOERL_CHECK(send_counts.size() == n && send_displs.size() == n && receive_counts.size() == n &&
+                  receive_displs.size() == n,
+              "all-to-all-v needs one count and displacement per rank (" + std::to_string(n) + ")");
+  auto to_int = [](const std::vector<size_t>& values) {
+    std::vector<int> out;
+    for (size_t v : values) out.push_back(checked_count(v, "all-to-all-v"));
+    return out;
+  };
+  // The int vectors must outlive the non-blocking call: keep them in the request.
+  struct AlltoallvRequest : MpiRequest {
+    using MpiRequest::MpiRequest;
+    std::vector<int> sc, sd, rc, rd;
+  };
+  auto request = std::make_unique<AlltoallvRequest>("MPI all-to-all-v of " + std::string(data_type_name(type)) +
+                                                    " in " + name_);
+  request->sc = to_int(send_counts);
+  request->sd = to_int(send_displs);
+  request->rc = to_int(receive_counts);
+  request->rd = to_int(receive_displs);
+  MOERL_MPI_CHECK(MPI_Ialltoallv(send, request->sc.data(), request->sd.data(), mpi_type(type), receive,
+                                 request->rc.data(), request->rd.data(), mpi_type(type), comm_, request->handle()));
+  return request;
+}
+
+std::unique_ptr<CommRequest> MpiCommunicator::barrier_async() {
+  auto request = std::make_unique<MpiRequest>("MPI barrier in " + name_);
+  MOERL_MPI_CHECK(MPI_Ibarrier(comm_, request->handle()));
+  return request;
+}
+
+}  // namespace moerl::comm

@@ -1,0 +1,282 @@
+// (in src/comm so that it builds into moerl_core: it needs no LibTorch)
+#include "moerl/sync/weight_sync.h"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "moerl/runtime/wire.h"
+
+namespace moerl::sync {
+namespace {
+
+constexpr std::uint32_t kHeaderMagic = 0x434E5953;  // "SYNC"
+constexpr size_t kHeaderBytes = 64;
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+struct HeaderFields {
+  std::uint32_t magic = kHeaderMagic;
+  std::uint32_t closing = 0;
+  std::int64_t version = 0;
+  std::uint64_t fingerprint = 0;
+  std::uint64_t total_bytes = 0;
+  std::uint64_t bucket_bytes = 0;
+  std::uint64_t buckets = 0;
+};
+
+std::vector<std::uint8_t> encode_header(const HeaderFields& h) {
+  runtime::ByteWriter w;
+  w.put(h.magic);
+  w.put(h.closing);
+  w.put(h.version);
+  w.put(h.fingerprint);
+  w.put(h.total_bytes);
+  w.put(h.bucket_bytes);
+  w.put(h.buckets);
+  auto bytes = w.take();
+  bytes.resize(kHeaderBytes, 0);
+  return bytes;
+}
+
+HeaderFields decode_header(const std::vector<std::uint8_t>& bytes) {
+  runtime::ByteReader r(bytes);
+  HeaderFields h;
+  h.magic = r.get<std::uint32_t>();
+  h.closing = r.get<std::uint32_t>();
+  h.version = r.get<std::int64_t>();
+  h.fingerprint = r.get<std::uint64_t>();
+  h.total_bytes = r.get<std::uint64_t>();
+  h.bucket_bytes = r.get<std::uint64_t>();
+  h.buckets = r.get<std::uint64_t>();
+  return h;
+}
+
+size_t bucket_count(size_t total, size_t bucket) { return total == 0 ? 0 : (total + bucket - 1) / bucket; }
+
+}  // namespace
+
+std::uint64_t layout_fingerprint(const std::vector<WeightView>& views) {
+  std::uint64_t hash = 1469598103934665603ull;
+  auto mix = [&hash](const void* data, size_t size) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < size; ++i) {
+      hash ^= p[i];
+      hash *= 1099511628211ull;
+    }
+  };
+  for (const WeightView& v : views) {
+    mix(v.name.data(), v.name.size());
+    const std::uint64_t bytes = v.bytes;
+    mix(&bytes, sizeof bytes);
+  }
+  return hash;
+}
+
+// ---------------------------------------------------------------- publisher
+
+WeightPublisher::WeightPublisher(comm::Communicator& comm, std::vector<WeightView> views, SyncOptions options)
+    : comm_(comm), views_(std::move(views)), options_(options), fingerprint_(layout_fingerprint(views_)) {
+  MOERL_CHECK(comm_.rank() == options_.root, "WeightPublisher must run on the root rank of " + comm_.name());
+  MOERL_CHECK(options_.bucket_bytes > 0, "[sync] bucket_bytes must be positive");
+  for (const WeightView& v : views_) total_bytes_ += v.bytes;
+  staging_.resize(total_bytes_);
+}
+
+WeightPublisher::~WeightPublisher() = default;
+
+void WeightPublisher::publish(std::int64_t version) {
+  MOERL_CHECK(!closed_, "publish after close");
+  MOERL_CHECK(requests_.empty(), "publish of version " + std::to_string(version) +
+                                     " while the previous publication is still in flight");
+  started_ = now_s();
+  size_t at = 0;
+  for (const WeightView& v : views_) {
+    std::memcpy(staging_.data() + at, v.data, v.bytes);
+    at += v.bytes;
+  }
+  const size_t buckets = bucket_count(total_bytes_, options_.bucket_bytes);
+  checksums_.assign(buckets, 0);
+  for (size_t b = 0; b < buckets; ++b) {
+    const size_t begin = b * options_.bucket_bytes;
+    const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
+    checksums_[b] = runtime::crc32(staging_.data() + begin, size);
+  }
+  if (options_.corrupt_bucket_for_test >= 0 && static_cast<size_t>(options_.corrupt_bucket_for_test) < buckets)
+    staging_[static_cast<size_t>(options_.corrupt_bucket_for_test) * options_.bucket_bytes] ^= 0x5A;
+
+  HeaderFields header;
+  header.version = version;
+  header.fingerprint = fingerprint_;
+  header.total_bytes = total_bytes_;
+  header.bucket_bytes = options_.bucket_bytes;
+  header.buckets = buckets;
+  header_bytes_ = encode_header(header);
+  requests_.push_back(comm_.broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root));
+  if (buckets) {
+    requests_.push_back(comm_.broadcast_async(checksums_.data(), buckets * sizeof(std::uint32_t), comm::DataType::Byte,
+                                              options_.root));
+  }
+  for (size_t b = 0; b < buckets; ++b) {
+    const size_t begin = b * options_.bucket_bytes;
+    const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
+    requests_.push_back(comm_.broadcast_async(staging_.data() + begin, size, comm::DataType::Byte, options_.root));
+  }
+  last_ = SyncStats{version, total_bytes_, buckets, 0};
+}
+
+bool WeightPublisher::progress() {
+  while (!requests_.empty() && requests_.front()->test()) requests_.erase(requests_.begin());
+  if (requests_.empty() && last_.seconds == 0 && last_.version >= 0) last_.seconds = now_s() - started_;
+  if (!requests_.empty() && now_s() - started_ > options_.timeout_s)
+    throw comm::CommTimeout("publication of weights version " + std::to_string(last_.version) + " in " +
+                            comm_.name() + " did not complete within " + std::to_string(options_.timeout_s) +
+                            " s (an actor stopped receiving)");
+  return requests_.empty();
+}
+
+void WeightPublisher::finish() {
+  while (!progress()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+void WeightPublisher::close() {
+  if (closed_) return;
+  finish();
+  HeaderFields header;
+  header.closing = 1;
+  header_bytes_ = encode_header(header);
+  comm_.broadcast(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root, options_.timeout_s);
+  closed_ = true;
+}
+
+// ---------------------------------------------------------------- receiver
+
+WeightReceiver::WeightReceiver(comm::Communicator& comm, std::vector<WeightView> views, SyncOptions options)
+    : comm_(comm), views_(std::move(views)), options_(options), fingerprint_(layout_fingerprint(views_)) {
+  MOERL_CHECK(comm_.rank() != options_.root, "WeightReceiver must not run on the publishing rank");
+  for (const WeightView& v : views_) total_bytes_ += v.bytes;
+  staging_.resize(total_bytes_);
+  post_header();
+}
+
+WeightReceiver::~WeightReceiver() = default;
+
+void WeightReceiver::post_header() {
+  header_bytes_.assign(kHeaderBytes, 0);
+  header_request_ = comm_.broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root);
+}
+
+void WeightReceiver::start_buckets() {
+  const HeaderFields h = decode_header(header_bytes_);
+  if (h.magic != kHeaderMagic) throw SyncError("weight sync header with a bad magic number in " + comm_.name());
+  if (h.closing) {
+    closed_ = true;
+    header_request_.reset();
+    return;
+  }
+  if (h.buckets != bucket_count(h.total_bytes, h.bucket_bytes))
+    throw SyncError("weight sync header announces an inconsistent bucket count");
+  refusal_.clear();
+  std::uint8_t* landing = staging_.data();
+  if (h.fingerprint != fingerprint_ || h.total_bytes != total_bytes_) {
+    // Receive into a scratch buffer to stay in step with the publisher's
+    // collectives, then refuse the version.
+    refusal_ = "weights version " + std::to_string(h.version) + " from the learner have another layout (" +
+               std::to_string(h.total_bytes) + " bytes) than this actor's model (" + std::to_string(total_bytes_) +
+               " bytes): different [model]/[moe] settings?";
+    discard_.assign(h.total_bytes, 0);
+    landing = discard_.data();
+  }
+  incoming_version_ = h.version;
+  started_ = now_s();
+  checksums_.assign(h.buckets, 0);
+  bucket_requests_.clear();
+  if (h.buckets)
+    bucket_requests_.push_back(comm_.broadcast_async(checksums_.data(), h.buckets * sizeof(std::uint32_t),
+                                                     comm::DataType::Byte, options_.root));
+  for (size_t b = 0; b < h.buckets; ++b) {
+    const size_t begin = b * h.bucket_bytes;
+    const size_t size = std::min<size_t>(h.bucket_bytes, h.total_bytes - begin);
+    bucket_requests_.push_back(comm_.broadcast_async(landing + begin, size, comm::DataType::Byte, options_.root));
+  }
+  last_ = SyncStats{h.version, total_bytes_, h.buckets, 0};
+  options_.bucket_bytes = h.bucket_bytes;
+  header_request_.reset();
+}
+
+void WeightReceiver::verify() {
+  for (size_t b = 0; b < checksums_.size(); ++b) {
+    const size_t begin = b * options_.bucket_bytes;
+    const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
+    const std::uint32_t got = runtime::crc32(staging_.data() + begin, size);
+    if (got != checksums_[b])
+      throw SyncError("weights version " + std::to_string(incoming_version_) + ": bucket " + std::to_string(b) +
+                      " of " + std::to_string(checksums_.size()) + " failed its checksum (bytes " +
+                      std::to_string(begin) + ".." + std::to_string(begin + size) + "); version refused");
+  }
+}
+
+bool WeightReceiver::poll() {
+  if (closed_) return ready_version_ > current_version_;
+  if (header_request_) {
+    if (!header_request_->test()) return ready_version_ > current_version_;
+    // The staging buffer still holds a verified version nobody applied yet:
+    // receive the next one only after apply(), so what apply() copies is
+    // never a mix of two versions. (The publisher waits meanwhile.)
+    if (ready_version_ > current_version_) return true;
+    start_buckets();
+    if (closed_) return ready_version_ > current_version_;
+  }
+  while (!bucket_requests_.empty() && bucket_requests_.front()->test())
+    bucket_requests_.erase(bucket_requests_.begin());
+  if (!bucket_requests_.empty()) {
+    if (now_s() - started_ > options_.timeout_s)
+      throw comm::CommTimeout("receiving weights version " + std::to_string(incoming_version_) + " in " +
+                              comm_.name() + " did not complete within " + std::to_string(options_.timeout_s) + " s");
+    return ready_version_ > current_version_;
+  }
+  if (incoming_version_ >= 0) {
+    try {
+      if (!refusal_.empty()) throw SyncError(refusal_);
+      verify();
+    } catch (const SyncError&) {
+      // Refuse this version but stay in step with the publisher's collectives.
+      incoming_version_ = -1;
+      post_header();
+      throw;
+    }
+    ready_version_ = incoming_version_;
+    incoming_version_ = -1;
+    last_.seconds = now_s() - started_;
+    post_header();
+  }
+  return ready_version_ > current_version_;
+}
+
+std::int64_t WeightReceiver::apply() {
+  if (ready_version_ <= current_version_) return current_version_;
+  size_t at = 0;
+  for (const WeightView& v : views_) {
+    std::memcpy(v.data, staging_.data() + at, v.bytes);
+    at += v.bytes;
+  }
+  current_version_ = ready_version_;
+  return current_version_;
+}
+
+bool WeightReceiver::wait_ready(double timeout_s) {
+  const double deadline = now_s() + timeout_s;
+  while (!poll()) {
+    if (closed_) return false;
+    if (now_s() > deadline)
+      throw comm::CommTimeout("no new weights version arrived in " + comm_.name() + " within " +
+                              std::to_string(timeout_s) + " s");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+}  // namespace moerl::sync

@@ -1,0 +1,175 @@
+// Weight publication from rank 0 to every other rank: each receiver ends with
+// exactly the published bytes of each version, never a mix; a corrupted bucket
+// is refused naming the bucket; a layout mismatch is refused; collectives time out.
+
+#include <catch2/catch.hpp>
+#include <mpi.h>
+
+#include <cstring>
+#include <random>
+
+#include "moerl/comm/mpi_communicator.h"
+#include "moerl/sync/weight_sync.h"
+
+using namespace moerl;
+
+namespace {
+
+// Three "parameters" of odd sizes whose bytes are a function of the version.
+struct FakeParams {
+  std::vector<float> a = std::vector<float>(1000), b = std::vector<float>(77777), c = std::vector<float>(3);
+  std::vector<sync::WeightView> views() {
+    return {{"a", a.data(), a.size() * 4}, {"b", b.data(), b.size() * 4}, {"c", c.data(), c.size() * 4}};
+  }
+  void fill(std::int64_t version) {
+    std::mt19937 rng(static_cast<unsigned>(version));
+    for (auto* v : {&a, &b, &c})
+      for (float& x : *v) x = static_cast<float>(rng()) / 1e9f;
+  }
+  bool equals(const FakeParams& o) const { return a == o.a && b == o.b && c == o.c; }
+};
+
+}  // namespace
+
+TEST_CASE("every receiver gets every published version, whole and verified", "[sync]") {
+  comm::MpiCommunicator comm(MPI_COMM_WORLD, "test sync group");
+  sync::SyncOptions options;
+  options.bucket_bytes = 40000;  // ~9 buckets
+  options.timeout_s = 30;
+  FakeParams params;
+  const std::int64_t versions = 5;
+  if (comm.rank() == 0) {
+    sync::WeightPublisher publisher(comm, params.views(), options);
+    for (std::int64_t v = 1; v <= versions; ++v) {
+      params.fill(v);
+      publisher.publish(v);
+      params.fill(1000 + v);  // training moves on at once: the staging copy protects the receivers
+      publisher.finish();
+      CHECK(publisher.last().bytes == (1000 + 77777 + 3) * 4);
+      CHECK(publisher.last().buckets == 8);
+    }
+    publisher.close();
+  } else {
+    sync::WeightReceiver receiver(comm, params.views(), options);
+    std::int64_t applied = 0;
+    int decode_steps = 0;
+    while (!receiver.closed() || receiver.ready_version() > receiver.current_version()) {
+      // "Generate" between polls; the version only changes at apply().
+      const std::int64_t before = receiver.current_version();
+      ++decode_steps;
+      if (receiver.poll()) {
+        const std::int64_t v = receiver.apply();
+        CHECK(v > before);
+        FakeParams expected;
+        expected.fill(v);
+        CHECK(params.equals(expected));
+        ++applied;
+      }
+      REQUIRE(decode_steps < 10000000);
+    }
+    // Receivers may skip none here: the publisher waits for every receiver before the next version.
+    CHECK(applied == versions);
+    CHECK(receiver.current_version() == versions);
+  }
+}
+
+TEST_CASE("a corrupted bucket is refused and the version never applied", "[sync]") {
+  comm::MpiCommunicator comm(MPI_COMM_WORLD, "test sync group");
+  sync::SyncOptions options;
+  options.bucket_bytes = 40000;
+  options.timeout_s = 30;
+  FakeParams params;
+  if (comm.rank() == 0) {
+    options.corrupt_bucket_for_test = 3;
+    sync::WeightPublisher publisher(comm, params.views(), options);
+    params.fill(7);
+    publisher.publish(7);
+    publisher.finish();
+    publisher.close();
+  } else {
+    sync::WeightReceiver receiver(comm, params.views(), options);
+    params.fill(0);
+    FakeParams untouched = params;
+    std::string error;
+    try {
+      receiver.wait_ready(30);
+    } catch (const sync::SyncError& e) {
+      error = e.what();
+    }
+    CHECK_THAT(error, Catch::Contains("weights version 7: bucket 3 of 8 failed its checksum"));
+    CHECK(receiver.current_version() == -1);
+    CHECK(params.equals(untouched));
+    // Drain the closing header so the collectives stay matched.
+    while (!receiver.closed()) {
+      try {
+        receiver.poll();
+      } catch (const sync::SyncError&) {
+      }
+    }
+  }
+}
+
+TEST_CASE("an actor with another model layout refuses the weights", "[sync]") {
+  comm::MpiCommunicator comm(MPI_COMM_WORLD, "test sync group");
+  sync::SyncOptions options;
+  options.timeout_s = 30;
+  FakeParams params;
+  if (comm.rank() == 0) {
+    sync::WeightPublisher publisher(comm, params.views(), options);
+    publisher.publish(1);
+    publisher.finish();
+    publisher.close();
+  } else {
+    std::vector<float> other(500);
+    sync::WeightReceiver receiver(comm, {{"a", other.data(), other.size() * 4}}, options);
+    CHECK_THROWS_WITH(receiver.wait_ready(30), Catch::Contains("another layout") && Catch::Contains("2000 bytes"));
+    CHECK(receiver.current_version() == -1);
+    while (!receiver.closed()) receiver.poll();  // the closing header
+  }
+}
+
+TEST_CASE("a collective that a rank never joins times out naming the group", "[sync]") {
+  comm::MpiCommunicator comm(MPI_COMM_WORLD, "test group");
+  if (comm.rank() != comm.size() - 1) {
+    int value = 1;
+    CHECK_THROWS_WITH(comm.allreduce_sum(&value, 1, comm::DataType::Byte, 0.3),
+                      Catch::Contains("MPI all-reduce of 1 byte in test group did not complete within"));
+  }
+  // The last rank joins late so that the abandoned collective can complete
+  // before the communicator is freed.
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (comm.rank() == comm.size() - 1) {
+    int value = 1;
+    comm.allreduce_sum(&value, 1, comm::DataType::Byte, 5);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("all-reduce and all-to-all-v deliver what each rank expects", "[sync]") {
+  comm::MpiCommunicator comm(MPI_COMM_WORLD, "test group");
+  const int n = comm.size(), r = comm.rank();
+  std::vector<double> values = {1.0 * r, 2.0};
+  comm.allreduce_sum(values.data(), 2, comm::DataType::Float64, 10);
+  CHECK(values[0] == n * (n - 1) / 2.0);
+  CHECK(values[1] == 2.0 * n);
+  // Rank r sends (r + 1) copies of (100 r + d) to each rank d.
+  std::vector<std::int64_t> send;
+  std::vector<size_t> send_counts, send_displs, receive_counts, receive_displs;
+  for (int d = 0; d < n; ++d) {
+    send_displs.push_back(send.size());
+    for (int k = 0; k <= r; ++k) send.push_back(100 * r + d);
+    send_counts.push_back(static_cast<size_t>(r + 1));
+  }
+  size_t total = 0;
+  for (int s = 0; s < n; ++s) {
+    receive_displs.push_back(total);
+    receive_counts.push_back(static_cast<size_t>(s + 1));
+    total += static_cast<size_t>(s + 1);
+  }
+  std::vector<std::int64_t> receive(total, -1);
+  comm.alltoallv_async(send.data(), send_counts, send_displs, receive.data(), receive_counts, receive_displs,
+                       comm::DataType::Int64)
+      ->wait(10);
+  for (int s = 0; s < n; ++s)
+    for (size_t k = 0; k < receive_counts[s]; ++k) CHECK(receive[receive_displs[s] + k] == 100 * s + r);
+}
