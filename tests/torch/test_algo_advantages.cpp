@@ -1,0 +1,186 @@
+// Advantage estimators, dynamic sampling, overlong penalty and the turn
+// layout + GAE, against hand-computed small examples.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "moerl/algo/advantages.h"
+#include "moerl/algo/gae.h"
+#include "moerl/algo/token_batch.h"
+#include "moerl/core/error.h"
+
+namespace algo = moerl::algo;
+
+namespace {
+
+torch::Tensor f64(std::vector<double> v) {
+  return torch::tensor(v, torch::TensorOptions().dtype(torch::kDouble));
+}
+torch::Tensor i64(std::vector<std::int64_t> v) {
+  return torch::tensor(v, torch::TensorOptions().dtype(torch::kLong));
+}
+
+// Element-wise comparison that prints index, got and want on failure.
+void require_values(const std::string& what, const torch::Tensor& got, const std::vector<double>& want,
+                    double tol = 1e-6) {
+  REQUIRE(got.dim() == 1);
+  REQUIRE(got.size(0) == static_cast<std::int64_t>(want.size()));
+  auto g = got.detach().to(torch::kCPU, torch::kDouble).contiguous();
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double a = g.data_ptr<double>()[i];
+    INFO(what << "[" << i << "]: got " << a << " want " << want[i]);
+    CHECK(std::abs(a - want[i]) <= tol);
+  }
+}
+
+// Two groups interleaved (ids 7 and 3) plus a singleton group (id 9).
+const std::vector<double> kRewards = {1, 3, 0, 1, 0, 1, 2, 5};
+const std::vector<std::int64_t> kGroups = {7, 3, 7, 3, 7, 7, 3, 9};
+
+}  // namespace
+
+TEST_CASE("GRPO advantages are group-normalised", "[algo]") {
+  // Group 7: rewards 1,0,0,1: mean 0.5, unbiased std sqrt(1/3), population std 0.5.
+  // Group 3: rewards 3,1,2: mean 2, unbiased std 1, population std sqrt(2/3).
+  // Group 9: one sample: advantage 0.
+  const double a7 = 0.5 / std::sqrt(1.0 / 3.0);
+  auto adv = algo::grpo_advantages(f64(kRewards), i64(kGroups));
+  require_values("grpo unbiased", adv, {a7, 1, -a7, -1, -a7, a7, 0, 0}, 1e-5);
+
+  algo::GroupAdvantageOptions pop;
+  pop.unbiased_std = false;
+  const double b3 = 1.0 / std::sqrt(2.0 / 3.0);
+  adv = algo::grpo_advantages(f64(kRewards), i64(kGroups), pop);
+  require_values("grpo population", adv, {1, b3, -1, -b3, -1, 1, 0, 0}, 1e-5);
+  CHECK(adv.scalar_type() == torch::kDouble);
+}
+
+TEST_CASE("Dr.GRPO advantages are centred only", "[algo]") {
+  auto adv = algo::dr_grpo_advantages(f64(kRewards), i64(kGroups));
+  require_values("dr_grpo", adv, {0.5, 1, -0.5, -1, -0.5, 0.5, 0, 0}, 1e-12);
+}
+
+TEST_CASE("RLOO advantages use the leave-one-out baseline", "[algo]") {
+  // Group 7: 1 - (0+0+1)/3 = 2/3; 0 - (1+0+1)/3 = -2/3.
+  // Group 3: 3 - (1+2)/2 = 1.5; 1 - (3+2)/2 = -1.5; 2 - (3+1)/2 = 0.
+  auto adv = algo::rloo_advantages(f64(kRewards), i64(kGroups));
+  require_values("rloo", adv, {2.0 / 3, 1.5, -2.0 / 3, -1.5, -2.0 / 3, 2.0 / 3, 0, 0}, 1e-12);
+}
+
+TEST_CASE("Advantages broadcast onto tokens", "[algo]") {
+  auto seq = i64({0, 0, 1, 1, 1, 2});
+  auto tok = algo::broadcast_to_tokens(f64({0.5, -1, 2}), seq);
+  require_values("broadcast", tok, {0.5, 0.5, -1, -1, -1, 2}, 0);
+  auto lengths = algo::generated_lengths(seq, i64({0, 1, 1, 0, 1, 1}), 4);
+  CHECK(lengths.scalar_type() == torch::kLong);
+  require_values("lengths", lengths, {1, 2, 1, 0}, 0);
+}
+
+TEST_CASE("Dynamic sampling drops groups with zero reward variance", "[algo]") {
+  // Group 1 all 1 (dropped), group 2 mixed (kept), group 3 a singleton
+  // (dropped), group 4 all 2 (dropped).
+  auto f = algo::filter_zero_variance_groups(f64({1, 1, 1, 0, 1, 0, 0.5, 2, 2}),
+                                             i64({1, 1, 1, 2, 2, 2, 3, 4, 4}));
+  REQUIRE(f.kept.scalar_type() == torch::kBool);
+  require_values("kept", f.kept.to(torch::kDouble), {0, 0, 0, 1, 1, 1, 0, 0, 0}, 0);
+  CHECK(f.dropped_episodes == 6);
+  CHECK(f.dropped_groups == 3);
+  CHECK(f.kept_groups == 1);
+}
+
+TEST_CASE("Overlong penalty is linear inside the cache window", "[algo]") {
+  algo::OverlongOptions o;
+  o.max_length = 20;
+  o.cache_length = 4;  // free up to 16 tokens
+  auto p = algo::overlong_penalty(i64({0, 15, 16, 17, 18, 19, 20, 21, 100}), o);
+  CHECK(p.scalar_type() == torch::kFloat);
+  require_values("penalty", p, {0, 0, 0, -0.25, -0.5, -0.75, -1, -1, -1}, 1e-7);
+  o.factor = 0.5;
+  p = algo::overlong_penalty(f64({16, 17, 20, 21}), o);
+  CHECK(p.scalar_type() == torch::kDouble);
+  require_values("penalty x0.5", p, {0, -0.125, -0.5, -0.5}, 1e-12);
+  o.cache_length = 0;
+  CHECK_THROWS_AS(algo::overlong_penalty(i64({1}), o), moerl::Error);
+}
+
+TEST_CASE("Turn layout reads V(s) at the last observation token", "[algo]") {
+  // Episode 0: turn 0 = obs[0] act[1,2]; turn 1 = obs[3,4] act[5] trailing obs[6].
+  // Episode 1: turn 0 = obs[7] act[8]; turn 1 = obs[9] act[10].
+  auto seq = i64({0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1});
+  auto turn = i64({0, 0, 0, 1, 1, 1, 1, 0, 0, 1, 1});
+  auto mask = i64({0, 1, 1, 0, 0, 1, 0, 0, 1, 0, 1});
+  auto layout = algo::make_turn_layout(seq, turn, mask, 2);
+  CHECK(layout.num_turns == 4);
+  require_values("token_turn", layout.token_turn.to(torch::kDouble), {0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3}, 0);
+  require_values("turn_episode", layout.turn_episode.to(torch::kDouble), {0, 0, 1, 1}, 0);
+  require_values("value_position", layout.value_position.to(torch::kDouble), {0, 4, 7, 9}, 0);
+  require_values("turn_offsets", layout.turn_offsets.to(torch::kDouble), {0, 2, 4}, 0);
+
+  auto token_values = torch::arange(11, torch::kDouble).mul(0.1).set_requires_grad(true);
+  auto v = algo::gather_turn_values(token_values, layout);
+  require_values("turn values", v, {0.0, 0.4, 0.7, 0.9}, 1e-12);
+  v.sum().backward();
+  require_values("value grad", token_values.grad(), {1, 0, 0, 0, 1, 0, 0, 1, 0, 1, 0}, 0);
+
+  // A turn without an action, and an action opening its sequence, are errors.
+  CHECK_THROWS_AS(algo::make_turn_layout(i64({0, 0, 0}), i64({0, 0, 1}), i64({0, 1, 0}), 1), moerl::Error);
+  CHECK_THROWS_AS(algo::make_turn_layout(i64({0, 1, 1}), i64({0, 0, 0}), i64({0, 1, 1}), 2), moerl::Error);
+}
+
+TEST_CASE("GAE over turns matches the hand-rolled recursion", "[algo]") {
+  const std::vector<double> r = {0.5, 1.0, 0.0, -1.0, 2.0};
+  const std::vector<double> v = {0.2, 0.4, 0.1, 0.3, 0.5};
+  const std::vector<std::int64_t> ep = {0, 0, 1, 1, 2};
+  algo::GaeOptions o;
+  o.gamma = 0.9;
+  o.lambda = 0.8;
+  // By hand: episode 0: A1 = 1 - .4 = .6; A0 = .5 + .9*.4 - .2 + .72*.6 = 1.092.
+  // Episode 1: A1 = -1 - .3 = -1.3; A0 = .9*.3 - .1 + .72*(-1.3) = -.766. Episode 2: 1.5.
+  auto g = algo::gae_over_turns(f64(r), f64(v), i64(ep), o);
+  require_values("gae by hand", g.advantages, {1.092, 0.6, -0.766, -1.3, 1.5}, 1e-12);
+  require_values("returns by hand", g.returns, {1.292, 1.0, -0.666, -1.0, 2.0}, 1e-12);
+
+  // Longer random episodes in float against a double recursion written the
+  // other way round (lambda-returns: G_k = r_k + gamma((1-lambda) V_{k+1} + lambda G_{k+1})).
+  torch::manual_seed(3);
+  const std::vector<std::int64_t> lens = {1, 4, 7, 2};
+  std::vector<std::int64_t> episode;
+  for (std::size_t n = 0; n < lens.size(); ++n)
+    for (std::int64_t k = 0; k < lens[n]; ++k) episode.push_back(static_cast<std::int64_t>(n));
+  const auto m = static_cast<std::int64_t>(episode.size());
+  auto rr = torch::randn({m});
+  auto vv = torch::randn({m});
+  auto boot = torch::randn({4});
+  o.gamma = 0.97;
+  o.lambda = 0.9;
+  auto got = algo::gae_over_turns(rr, vv, i64(episode), o, boot);
+  CHECK(got.advantages.scalar_type() == torch::kFloat);
+  auto rd = rr.to(torch::kDouble);
+  auto vd = vv.to(torch::kDouble);
+  std::vector<double> want_ret(m), want_adv(m);
+  std::int64_t end = m;
+  for (std::int64_t n = static_cast<std::int64_t>(lens.size()) - 1; n >= 0; --n) {
+    const std::int64_t begin = end - lens[n];
+    const double bv = boot[n].item<double>();
+    double next_g = bv, next_v = bv;
+    for (std::int64_t k = end - 1; k >= begin; --k) {
+      const double rk = rd[k].item<double>();
+      const double gk = k == end - 1 ? rk + o.gamma * bv
+                                     : rk + o.gamma * ((1 - o.lambda) * next_v + o.lambda * next_g);
+      want_ret[k] = gk;
+      want_adv[k] = gk - vd[k].item<double>();
+      next_g = gk;
+      next_v = vd[k].item<double>();
+    }
+    end = begin;
+  }
+  require_values("gae random", got.advantages, want_adv, 1e-5);
+  require_values("returns random", got.returns, want_ret, 1e-5);
+
+  // Turn advantages onto tokens through the layout's token_turn.
+  auto tok = algo::broadcast_to_tokens(f64({1, 2, 3}), i64({0, 0, 1, 2, 2}));
+  require_values("turn broadcast", tok, {1, 1, 2, 3, 3}, 0);
+}
