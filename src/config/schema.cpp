@@ -252,6 +252,96 @@ SectionSpec telemetry_section() {
   return spec;
 }
 
+SectionSpec rollout_section() {
+  SectionSpec spec{"rollout", "Generation on the actors.", {}, {}, {}};
+  SectionBuilder<RolloutSection> b(spec, &Config::rollout);
+  b.field("sessions_per_actor", &RolloutSection::sessions_per_actor,
+          "Episodes one actor drives at once (its decode batch).")
+      .between(1, 4096);
+  b.field("temperature", &RolloutSection::temperature, "Sampling temperature; 0 = greedy.").at_least(0);
+  b.field("top_p", &RolloutSection::top_p, "Nucleus sampling mass.").between(0, 1);
+  b.field("top_k", &RolloutSection::top_k, "Keep the k most likely tokens; 0 = off.").at_least(0);
+  b.field("max_tokens_per_turn", &RolloutSection::max_tokens_per_turn, "Longest action of one turn.").at_least(1);
+  b.field("max_tokens_per_episode", &RolloutSection::max_tokens_per_episode,
+          "Context budget of one episode; reaching it ends the episode (flagged).")
+      .at_least(16);
+  b.field("group_size", &RolloutSection::group_size, "Samples per task seed (GRPO group size G).").between(1, 1024);
+  return spec;
+}
+
+SectionSpec algo_section() {
+  SectionSpec spec{"algo", "The RL objective.", {}, {}, {}};
+  SectionBuilder<AlgoSection> b(spec, &Config::algo);
+  b.choice("advantage", &AlgoSection::advantage,
+           {{"grpo", AdvantageEstimator::Grpo}, {"dr_grpo", AdvantageEstimator::DrGrpo},
+            {"rloo", AdvantageEstimator::Rloo}},
+           "Advantage estimator: GRPO (group-normalised), Dr.GRPO (no std normalisation) or RLOO.");
+  b.field("gspo", &AlgoSection::gspo, "Sequence-level ratio and clipping (GSPO), recommended for MoE.");
+  b.field("clip_low", &AlgoSection::clip_low, "Lower clip range: ratio >= 1 - clip_low.").between(0, 1);
+  b.field("clip_high", &AlgoSection::clip_high, "Upper clip range: ratio <= 1 + clip_high (clip-higher).")
+      .at_least(0);
+  b.choice("normalization", &AlgoSection::normalization,
+           {{"token", LossNormalization::Token}, {"sequence", LossNormalization::Sequence},
+            {"constant", LossNormalization::Constant}},
+           "Loss normalisation: over all tokens, per sequence, or by a constant (Dr.GRPO).");
+  b.field("importance_cap", &AlgoSection::importance_cap,
+          "Truncated importance weight C for off-policy tokens (decoupled PPO).")
+      .at_least(1);
+  b.choice("kl", &AlgoSection::kl, {{"none", KlMode::None}, {"k1", KlMode::K1}, {"k3", KlMode::K3}},
+           "KL penalty to the frozen reference policy, and its estimator.");
+  b.field("kl_coef", &AlgoSection::kl_coef, "Weight of the KL penalty.").at_least(0);
+  b.field("entropy_coef", &AlgoSection::entropy_coef, "Weight of the entropy bonus.").at_least(0);
+  b.field("drop_zero_variance_groups", &AlgoSection::drop_zero_variance_groups,
+          "Drop groups whose rewards are all equal (dynamic sampling).");
+  b.field("routing_replay", &AlgoSection::routing_replay,
+          "The learner replays the experts the actor routed to (gates recomputed).");
+  b.field("groups_per_step", &AlgoSection::groups_per_step, "GRPO groups per learner step, over all learners.")
+      .at_least(1);
+  return spec;
+}
+
+SectionSpec optim_section() {
+  SectionSpec spec{"optim", "The AdamW optimizer of the learners.", {}, {}, {}};
+  SectionBuilder<OptimSection> b(spec, &Config::optim);
+  b.field("lr", &OptimSection::lr, "Peak learning rate.").greater_than(0);
+  b.field("weight_decay", &OptimSection::weight_decay, "Decoupled weight decay.").at_least(0);
+  b.field("beta1", &OptimSection::beta1, "Adam beta1.").between(0, 1);
+  b.field("beta2", &OptimSection::beta2, "Adam beta2.").between(0, 1);
+  b.field("grad_clip", &OptimSection::grad_clip, "Global gradient-norm clip; 0 = off.").at_least(0);
+  b.field("warmup_steps", &OptimSection::warmup_steps, "Linear warm-up steps.").at_least(0);
+  b.field("total_steps", &OptimSection::total_steps, "Learner steps of the run.").at_least(1);
+  b.field("cosine", &OptimSection::cosine, "Cosine decay to 10% of lr after warm-up.");
+  b.field("grad_accumulation", &OptimSection::grad_accumulation, "Micro-batches per optimizer step.").at_least(1);
+  return spec;
+}
+
+SectionSpec sync_section() {
+  SectionSpec spec{"sync", "Weight publication from learner 0 to the actors.", {}, {}, {}};
+  SectionBuilder<SyncSection> b(spec, &Config::sync);
+  b.field("interval", &SyncSection::interval, "Learner steps between publications.").at_least(1);
+  b.field("max_staleness", &SyncSection::max_staleness,
+          "Oldest policy version still trained on: current - max_staleness; older episodes are dropped.")
+      .at_least(0);
+  b.field("bucket_mb", &SyncSection::bucket_mb, "Bucket size of a publication in MiB.").between(1, 1024);
+  b.field("asynchronous", &SyncSection::asynchronous,
+          "Rollouts continue while the learner trains; false = generate, train, sync in turn.");
+  return spec;
+}
+
+SectionSpec pretrain_section() {
+  SectionSpec spec{"pretrain", "Supervised warm-up of the base policy on scripted-expert demonstrations.", {}, {}, {}};
+  SectionBuilder<PretrainSection> b(spec, &Config::pretrain);
+  b.field("episodes", &PretrainSection::episodes, "Demonstration episodes generated.").at_least(1);
+  b.field("expert_error_rate", &PretrainSection::expert_error_rate,
+          "Error rate of the scripted experts (an imperfect base leaves room for RL).")
+      .between(0, 1);
+  b.field("steps", &PretrainSection::steps, "Optimizer steps.").at_least(1);
+  b.field("batch_episodes", &PretrainSection::batch_episodes, "Episodes per step.").at_least(1);
+  b.field("lr", &PretrainSection::lr, "Learning rate.").greater_than(0);
+  b.field("output", &PretrainSection::output, "Where the base policy is written; empty = <run dir>/base.pt.");
+  return spec;
+}
+
 SectionSpec env_section() {
   SectionSpec spec{"env", "Environment workers and the task mix they serve.", {}, {}, {}};
   SectionBuilder<EnvSection> b(spec, &Config::env);
@@ -344,6 +434,11 @@ const std::vector<SectionSpec>& all_sections() {
       cluster_section(),
       model_section(),
       moe_section(),
+      rollout_section(),
+      algo_section(),
+      optim_section(),
+      sync_section(),
+      pretrain_section(),
       env_section(),
       env_family_section("arithmetic"),
       env_family_section("maze"),

@@ -1,9 +1,9 @@
 #include "moerl/model/kv_cache.h"
 
 #include <algorithm>
+#include <functional>
+#include <limits>
 #include <unordered_set>
-
-#include "moerl/core/error.h"
 
 namespace moerl::model {
 
@@ -11,45 +11,74 @@ KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options
                  std::int64_t initial_slots, std::int64_t initial_capacity)
     : num_layers_(model.num_layers),
       num_kv_heads_(model.num_kv_heads),
-      head_dim_(model.d_model / model.num_heads),
+      head_dim_(model.num_heads > 0 ? model.d_model / model.num_heads : 0),
       max_seq_len_(model.max_seq_len),
       options_(options) {
   MOERL_CHECK(initial_slots > 0 && initial_capacity > 0,
               "KVCache needs positive initial slots and capacity");
   MOERL_CHECK(model.num_heads > 0 && model.d_model % model.num_heads == 0,
               "KVCache: d_model must be a multiple of num_heads");
-  grow(initial_slots, std::min(initial_capacity, max_seq_len_));
-  for (std::int64_t s = num_slots_ - 1; s >= 0; --s) free_slots_.push_back(s);  // slot 0 first
+  const std::int64_t capacity = std::min(initial_capacity, max_seq_len_);
+  init(initial_slots, initial_slots * blocks_for(capacity));
+  table_width_ = std::max<std::int64_t>(1, blocks_for(capacity));
 }
 
-void KVCache::grow(std::int64_t slots, std::int64_t capacity) {
-  if (slots <= num_slots_ && capacity <= capacity_) return;
-  slots = std::max(slots, num_slots_);
-  capacity = std::max(capacity, capacity_);
+KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options,
+                 const PagedCacheOptions& paged)
+    : num_layers_(model.num_layers),
+      num_kv_heads_(model.num_kv_heads),
+      head_dim_(model.num_heads > 0 ? model.d_model / model.num_heads : 0),
+      max_seq_len_(model.max_seq_len),
+      block_size_(paged.block_size),
+      max_blocks_(paged.max_blocks),
+      options_(options) {
+  MOERL_CHECK(paged.block_size > 0, "KVCache: block_size must be positive");
+  MOERL_CHECK(paged.max_blocks >= 0 && paged.initial_blocks >= 0 && paged.initial_slots > 0,
+              "KVCache: initial/max blocks must be >= 0 and initial slots > 0");
+  MOERL_CHECK(model.num_heads > 0 && model.d_model % model.num_heads == 0,
+              "KVCache: d_model must be a multiple of num_heads");
+  std::int64_t initial = paged.initial_blocks > 0 ? paged.initial_blocks : 4;
+  if (max_blocks_ > 0) initial = std::min(initial, max_blocks_);
+  init(paged.initial_slots, initial);
+}
+
+void KVCache::init(std::int64_t initial_slots, std::int64_t initial_blocks) {
+  grow_pool(std::max<std::int64_t>(initial_blocks, 1));
+  grow_slots(initial_slots);
+}
+
+void KVCache::grow_pool(std::int64_t blocks) {
+  if (blocks <= num_blocks_) return;
   // Zero-filled, not empty: masked keys never matter, but a NaN in a masked
   // value would still poison probs @ values (0 * NaN).
   auto make = [&](const torch::Tensor& old) {
-    torch::Tensor fresh = torch::zeros({num_layers_, slots, capacity, num_kv_heads_, head_dim_}, options_);
-    if (old.defined()) fresh.narrow(1, 0, old.size(1)).narrow(2, 0, old.size(2)).copy_(old);
+    torch::Tensor fresh = torch::zeros({num_layers_, blocks, block_size_, num_kv_heads_, head_dim_}, options_);
+    if (old.defined()) fresh.narrow(1, 0, old.size(1)).copy_(old);
     return fresh;
   };
   keys_ = make(keys_);
   values_ = make(values_);
+  // Push the new blocks so that the lowest one is popped first.
+  for (std::int64_t b = blocks - 1; b >= num_blocks_; --b) free_blocks_.push_back(b);
+  std::sort(free_blocks_.begin(), free_blocks_.end(), std::greater<std::int64_t>());
+  num_blocks_ = blocks;
+}
+
+void KVCache::grow_slots(std::int64_t slots) {
+  if (slots <= num_slots_) return;
+  for (std::int64_t s = slots - 1; s >= num_slots_; --s) free_slots_.insert(free_slots_.begin(), s);
   num_slots_ = slots;
-  capacity_ = capacity;
+  table_dirty_ = true;
 }
 
 SequenceId KVCache::add_sequence() {
-  if (free_slots_.empty()) {
-    // Every slot is in use: double the slots (copies the live sequences once).
-    const std::int64_t old = num_slots_;
-    grow(std::max<std::int64_t>(old * 2, 1), capacity_);
-    for (std::int64_t s = num_slots_ - 1; s >= old; --s) free_slots_.push_back(s);
-  }
+  // Every slot in use: double the block-table rows (no KV data moves).
+  if (free_slots_.empty()) grow_slots(std::max<std::int64_t>(num_slots_ * 2, 1));
   const std::int64_t slot = free_slots_.back();
   free_slots_.pop_back();
   const SequenceId id = next_id_++;
-  entries_[id] = Entry{slot, 0};
+  entries_[id] = Entry{slot, 0, {}};
+  table_dirty_ = true;
   return id;
 }
 
@@ -57,13 +86,19 @@ void KVCache::remove_sequence(SequenceId id) {
   auto it = entries_.find(id);
   MOERL_CHECK(it != entries_.end(), "KVCache::remove_sequence: unknown sequence " + std::to_string(id));
   free_slots_.push_back(it->second.slot);
+  for (std::int64_t b : it->second.blocks) free_blocks_.push_back(b);
+  std::sort(free_blocks_.begin(), free_blocks_.end(), std::greater<std::int64_t>());
   entries_.erase(it);
+  table_dirty_ = true;
 }
 
 void KVCache::clear() {
   entries_.clear();
   free_slots_.clear();
   for (std::int64_t s = num_slots_ - 1; s >= 0; --s) free_slots_.push_back(s);
+  free_blocks_.clear();
+  for (std::int64_t b = num_blocks_ - 1; b >= 0; --b) free_blocks_.push_back(b);
+  table_dirty_ = true;
 }
 
 bool KVCache::contains(SequenceId id) const { return entries_.count(id) != 0; }
@@ -74,12 +109,29 @@ std::int64_t KVCache::length(SequenceId id) const {
   return it->second.length;
 }
 
+std::int64_t KVCache::blocks_of(SequenceId id) const {
+  auto it = entries_.find(id);
+  MOERL_CHECK(it != entries_.end(), "KVCache::blocks_of: unknown sequence " + std::to_string(id));
+  return static_cast<std::int64_t>(it->second.blocks.size());
+}
+
 std::vector<SequenceId> KVCache::sequences() const {
   std::vector<SequenceId> ids;
   ids.reserve(entries_.size());
   for (const auto& kv : entries_) ids.push_back(kv.first);
   std::sort(ids.begin(), ids.end());
   return ids;
+}
+
+std::int64_t KVCache::blocks_available() const {
+  const auto free = static_cast<std::int64_t>(free_blocks_.size());
+  if (max_blocks_ <= 0) return std::numeric_limits<std::int64_t>::max() / 2;
+  return free + (max_blocks_ - num_blocks_);
+}
+
+std::int64_t KVCache::bytes_per_block() const {
+  const std::int64_t elements = num_layers_ * block_size_ * num_kv_heads_ * head_dim_;
+  return 2 * elements * static_cast<std::int64_t>(keys_.element_size());
 }
 
 std::int64_t KVCache::memory_bytes() const {
@@ -111,25 +163,104 @@ void KVCache::reserve(std::int64_t max_total_length) {
   MOERL_CHECK(max_total_length <= max_seq_len_,
               "KVCache: a sequence would reach " + std::to_string(max_total_length) +
                   " positions, more than model.max_seq_len = " + std::to_string(max_seq_len_));
-  if (max_total_length <= capacity_) return;
-  grow(num_slots_, std::min(std::max(max_total_length, capacity_ * 2), max_seq_len_));
+  const std::int64_t width = blocks_for(max_total_length);
+  if (width <= table_width_) return;
+  table_width_ = std::max(width, std::min(table_width_ * 2, blocks_for(max_seq_len_)));
+  table_dirty_ = true;
+}
+
+std::int64_t KVCache::blocks_needed(const std::vector<SequenceId>& ids,
+                                    const std::vector<std::int64_t>& new_lengths) const {
+  MOERL_CHECK(ids.size() == new_lengths.size(), "KVCache::blocks_needed: ids and lengths differ in size");
+  std::int64_t needed = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    auto it = entries_.find(ids[i]);
+    MOERL_CHECK(it != entries_.end(), "KVCache: unknown sequence " + std::to_string(ids[i]));
+    const std::int64_t want = blocks_for(it->second.length + new_lengths[i]);
+    needed += std::max<std::int64_t>(0, want - static_cast<std::int64_t>(it->second.blocks.size()));
+  }
+  return needed;
+}
+
+void KVCache::prepare(const std::vector<SequenceId>& ids, const std::vector<std::int64_t>& new_lengths) {
+  std::int64_t max_total = 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) max_total = std::max(max_total, length(ids[i]) + new_lengths[i]);
+  MOERL_CHECK(max_total <= max_seq_len_,
+              "KVCache: a sequence would reach " + std::to_string(max_total) +
+                  " positions, more than model.max_seq_len = " + std::to_string(max_seq_len_));
+  const std::int64_t needed = blocks_needed(ids, new_lengths);
+  const auto free = static_cast<std::int64_t>(free_blocks_.size());
+  if (needed > free) {
+    const std::int64_t want = std::max(num_blocks_ * 2, num_blocks_ + needed - free);
+    const std::int64_t target = max_blocks_ > 0 ? std::min(want, max_blocks_) : want;
+    if (target - num_blocks_ + free < needed) {
+      throw KVCacheFullError("KVCache: the step needs " + std::to_string(needed) + " new blocks but only " +
+                             std::to_string(blocks_available()) + " of max_blocks = " +
+                             std::to_string(max_blocks_) + " are free");
+    }
+    grow_pool(target);
+  }
+  reserve(max_total);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    Entry& e = entries_.at(ids[i]);
+    const std::int64_t want = blocks_for(e.length + new_lengths[i]);
+    while (static_cast<std::int64_t>(e.blocks.size()) < want) {
+      e.blocks.push_back(free_blocks_.back());
+      free_blocks_.pop_back();
+      table_dirty_ = true;
+    }
+  }
+}
+
+const torch::Tensor& KVCache::block_table() const {
+  if (table_dirty_ || !table_.defined()) {
+    std::vector<std::int64_t> host(static_cast<std::size_t>(num_slots_ * table_width_), 0);
+    for (const auto& kv : entries_) {
+      const Entry& e = kv.second;
+      const std::size_t n = std::min<std::size_t>(e.blocks.size(), static_cast<std::size_t>(table_width_));
+      std::copy(e.blocks.begin(), e.blocks.begin() + static_cast<std::ptrdiff_t>(n),
+                host.begin() + static_cast<std::ptrdiff_t>(e.slot * table_width_));
+    }
+    table_ = torch::tensor(host, torch::TensorOptions().dtype(torch::kLong))
+                 .view({num_slots_, table_width_})
+                 .to(options_.device());
+    table_dirty_ = false;
+  }
+  return table_;
 }
 
 void KVCache::write(std::int64_t layer, const torch::Tensor& slots, const torch::Tensor& positions,
                     const torch::Tensor& keys, const torch::Tensor& values) {
   torch::NoGradGuard no_grad;
-  keys_.select(0, layer).index_put_({slots, positions}, keys.detach().to(keys_.scalar_type()));
-  values_.select(0, layer).index_put_({slots, positions}, values.detach().to(values_.scalar_type()));
+  const torch::Tensor& table = block_table();
+  const torch::Tensor block = table.index({slots, positions.div(block_size_, "floor")});  // [T]
+  const torch::Tensor offset = positions.remainder(block_size_);                          // [T]
+  keys_.select(0, layer).index_put_({block, offset}, keys.detach().to(keys_.scalar_type()));
+  values_.select(0, layer).index_put_({block, offset}, values.detach().to(values_.scalar_type()));
+}
+
+torch::Tensor KVCache::gather(const torch::Tensor& pool, std::int64_t layer, const torch::Tensor& slots,
+                              std::int64_t length) const {
+  const std::int64_t rows = slots.size(0);
+  const std::int64_t nb = blocks_for(length);
+  MOERL_CHECK(nb <= table_width_, "KVCache::gather: length " + std::to_string(length) +
+                                      " exceeds the block table (" + std::to_string(capacity()) +
+                                      " positions); call prepare() first");
+  const torch::Tensor blocks = block_table().index_select(0, slots).narrow(1, 0, nb).reshape({-1});  // [B*nb]
+  return pool.select(0, layer)
+      .index_select(0, blocks)                                   // [B*nb, bs, kvh, D]
+      .view({rows, nb * block_size_, num_kv_heads_, head_dim_})  // [B, nb*bs, kvh, D]
+      .narrow(1, 0, length);
 }
 
 torch::Tensor KVCache::gather_keys(std::int64_t layer, const torch::Tensor& slots,
                                    std::int64_t length) const {
-  return keys_.select(0, layer).narrow(1, 0, length).index_select(0, slots);
+  return gather(keys_, layer, slots, length);
 }
 
 torch::Tensor KVCache::gather_values(std::int64_t layer, const torch::Tensor& slots,
                                      std::int64_t length) const {
-  return values_.select(0, layer).narrow(1, 0, length).index_select(0, slots);
+  return gather(values_, layer, slots, length);
 }
 
 void KVCache::advance(const std::vector<SequenceId>& ids, const std::vector<std::int64_t>& new_lengths) {

@@ -159,9 +159,9 @@ PolicyOutput PolicyImpl::forward_cached(const torch::Tensor& tokens, const torch
   MOERL_CHECK(cache.num_layers() == model_.num_layers, "policy: KV cache built for another model");
   const std::vector<std::int64_t> slots = cache.slots_of(sequences);
   const std::vector<std::int64_t> past = cache.lengths_of(sequences);
-  std::int64_t max_total = 0;
-  for (std::size_t b = 0; b < lens.size(); ++b) max_total = std::max(max_total, past[b] + lens[b]);
-  cache.reserve(max_total);
+  // Allocates the blocks the new positions need (throws before any change
+  // when max_seq_len would be exceeded or a capped pool is full).
+  cache.prepare(sequences, lens);
   const AttentionBatch batch = AttentionBatch::make(lens, past, slots, tokens.size(1), tokens.device());
   PolicyOutput out = run(tokens, batch, &cache, forced_experts);
   cache.advance(sequences, lens);  // only after the whole step succeeded

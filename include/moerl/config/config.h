@@ -24,6 +24,11 @@ struct Config {
   ModelSection model;
   MoeSection moe;
   TelemetrySection telemetry;
+  RolloutSection rollout;
+  AlgoSection algo;
+  OptimSection optim;
+  SyncSection sync;
+  PretrainSection pretrain;
   EnvSection env;
   std::map<std::string, EnvFamilySection> env_families;  // one per built-in family and "external"
   ExternalEnvSection env_external;

@@ -108,6 +108,68 @@ struct ExternalEnvSection {
   double startup_timeout_s = 10.0;      // the process must answer its first request by then
 };
 
+// [rollout]: generation on the actors.
+struct RolloutSection {
+  std::int64_t sessions_per_actor = 16;      // episodes an actor drives at once (the decode batch)
+  double temperature = 1.0;
+  double top_p = 1.0;
+  std::int64_t top_k = 0;                    // 0 = off
+  std::int64_t max_tokens_per_turn = 24;
+  std::int64_t max_tokens_per_episode = 768; // context budget of one episode
+  std::int64_t group_size = 4;               // G samples per task seed (GRPO groups)
+};
+
+enum class AdvantageEstimator { Grpo, DrGrpo, Rloo };
+enum class LossNormalization { Token, Sequence, Constant };
+enum class KlMode { None, K1, K3 };
+
+// [algo]: the RL objective.
+struct AlgoSection {
+  AdvantageEstimator advantage = AdvantageEstimator::Grpo;
+  bool gspo = false;                     // sequence-level ratio and clipping (recommended for MoE)
+  double clip_low = 0.2;
+  double clip_high = 0.28;               // clip-higher (DAPO)
+  LossNormalization normalization = LossNormalization::Token;
+  double importance_cap = 2.0;           // truncated importance weight C (decoupled PPO)
+  KlMode kl = KlMode::None;
+  double kl_coef = 0.0;
+  double entropy_coef = 0.0;
+  bool drop_zero_variance_groups = true; // dynamic sampling
+  bool routing_replay = true;            // learner replays the actor's routing
+  std::int64_t groups_per_step = 8;      // GRPO groups per learner step (over all learners)
+};
+
+// [optim]: the optimizer of learners (and of pretraining).
+struct OptimSection {
+  double lr = 1e-4;
+  double weight_decay = 0.0;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double grad_clip = 1.0;
+  std::int64_t warmup_steps = 0;
+  std::int64_t total_steps = 100;        // RL steps of a run
+  bool cosine = false;                   // cosine decay to 10% after warm-up
+  std::int64_t grad_accumulation = 1;
+};
+
+// [sync]: weight publication from learner 0 to the actors.
+struct SyncSection {
+  std::int64_t interval = 1;             // learner steps between publications
+  std::int64_t max_staleness = 1;        // oldest trained-on version = current - max_staleness
+  std::int64_t bucket_mb = 4;
+  bool asynchronous = true;              // false: generate, then train, then sync
+};
+
+// [pretrain]: supervised warm-up on the scripted experts' demonstrations.
+struct PretrainSection {
+  std::int64_t episodes = 2000;
+  double expert_error_rate = 0.25;
+  std::int64_t steps = 300;
+  std::int64_t batch_episodes = 16;
+  double lr = 1e-3;
+  std::string output = "";               // checkpoint file; "" = <run dir>/base.pt
+};
+
 // [faults]: deliberate failures, for testing that the job survives or stops
 // cleanly. All off by default; never set them in production configs.
 struct FaultsSection {

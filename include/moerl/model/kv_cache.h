@@ -5,12 +5,23 @@
 // actor can prefill new sessions, decode one token for all live ones and drop
 // finished ones, all in the same batch.
 //
-// Layout: every sequence owns one slot; slot s holds positions
-// [0, length(s)) contiguously in keys()/values(). Both tensors grow by
-// doubling (slots when sequences are added, capacity when a sequence gets
-// longer) up to ModelSection::max_seq_len positions. A later issue replaces
-// this with paged blocks; the Policy only talks to the cache through
-// slots_of/lengths_of/reserve/write/gather/advance.
+// Layout: paged. Keys and values live in a pool of fixed-size blocks
+// ([layers, blocks, block_size, kv_heads, head_dim]); every sequence owns a
+// slot, i.e. one row of the block table, listing the blocks that hold its
+// positions in order (position p is at block table[slot][p / block_size],
+// offset p % block_size). Blocks come from a free list; a sequence takes a
+// new block only when its length crosses a block boundary, and gives all of
+// them back when it is removed. Memory in use therefore follows the tokens
+// actually held, not the longest sequence (used_bytes()); the pool itself
+// grows by doubling up to max_blocks (memory_bytes()) and never shrinks.
+// With max_blocks > 0 the pool is capped: prepare() throws KVCacheFullError
+// (before touching any state) when a step needs more blocks than are free;
+// the rollout engine checks blocks_needed() first and preempts sessions
+// instead.
+//
+// The Policy only talks to the cache through slots_of/lengths_of/prepare/
+// write/gather/advance. gather_* returns the padded [B, L, kv_heads,
+// head_dim] view attention expects (a copy assembled block by block).
 //
 // The cache stores detached tensors: gradients never flow through it. Use it
 // under torch::NoGradGuard (rollouts); the learner runs Policy::forward
@@ -23,26 +34,44 @@
 #include <torch/torch.h>
 
 #include "moerl/config/sections.h"
+#include "moerl/core/error.h"
 
 namespace moerl::model {
 
 using SequenceId = std::int64_t;
 
+// Thrown by KVCache::prepare when the capped block pool cannot hold a step.
+class KVCacheFullError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct PagedCacheOptions {
+  std::int64_t block_size = 16;     // positions per block
+  std::int64_t initial_blocks = 0;  // pool blocks allocated up front; 0 = 4 blocks
+  std::int64_t max_blocks = 0;      // cap on pool blocks; 0 = unbounded
+  std::int64_t initial_slots = 4;   // block-table rows allocated up front (cheap)
+};
+
 class KVCache {
  public:
-  // options: dtype and device of the cache; use the Policy's parameter options.
+  // options: dtype and device of the cache; use the Policy's parameter
+  // options. initial_slots sequences of initial_capacity positions are
+  // preallocated (block_size 16, unbounded pool).
   KVCache(const config::ModelSection& model, torch::TensorOptions options,
           std::int64_t initial_slots = 4, std::int64_t initial_capacity = 64);
+  KVCache(const config::ModelSection& model, torch::TensorOptions options,
+          const PagedCacheOptions& paged);
   // Move-only: a copy would share the tensors but not the bookkeeping, and
-  // two caches writing into one slot would corrupt each other silently.
+  // two caches writing into one block would corrupt each other silently.
   KVCache(KVCache&&) = default;
   KVCache& operator=(KVCache&&) = default;
   KVCache(const KVCache&) = delete;
   KVCache& operator=(const KVCache&) = delete;
 
-  // A new, empty sequence (length 0). Ids are never reused.
+  // A new, empty sequence (length 0, no blocks). Ids are never reused.
   SequenceId add_sequence();
-  // Frees the sequence's slot for reuse; throws for an unknown id.
+  // Frees the sequence's slot and blocks for reuse; throws for an unknown id.
   void remove_sequence(SequenceId id);
   void clear();  // removes every sequence; keeps the memory
 
@@ -52,18 +81,36 @@ class KVCache {
   std::vector<SequenceId> sequences() const;  // in increasing id order
 
   std::int64_t num_layers() const { return num_layers_; }
-  std::int64_t capacity() const { return capacity_; }  // positions per slot now allocated
+  // Positions one sequence can address with the block table's current width.
+  std::int64_t capacity() const { return table_width_ * block_size_; }
   std::int64_t num_slots() const { return num_slots_; }
-  std::int64_t memory_bytes() const;
+  std::int64_t block_size() const { return block_size_; }
+  std::int64_t num_blocks() const { return num_blocks_; }    // allocated pool blocks
+  std::int64_t max_blocks() const { return max_blocks_; }    // 0 = unbounded
+  std::int64_t blocks_in_use() const { return num_blocks_ - static_cast<std::int64_t>(free_blocks_.size()); }
+  // Blocks a prepare() could still hand out (free ones plus pool growth);
+  // a large number when the pool is unbounded.
+  std::int64_t blocks_available() const;
+  std::int64_t blocks_of(SequenceId id) const;
+  std::int64_t bytes_per_block() const;         // keys + values of all layers
+  std::int64_t memory_bytes() const;            // allocated pool (keys + values)
+  std::int64_t used_bytes() const { return blocks_in_use() * bytes_per_block(); }
 
   // ---- used by Policy::forward_cached ----
   // Slot and current length of each id (validated: known, no duplicates).
   std::vector<std::int64_t> slots_of(const std::vector<SequenceId>& ids) const;
   std::vector<std::int64_t> lengths_of(const std::vector<SequenceId>& ids) const;
-  // Grows the capacity so that max_total_length positions fit; throws when
-  // that exceeds max_seq_len.
+  // Widens the block table so that max_total_length positions are
+  // addressable; throws when that exceeds max_seq_len. Allocates no blocks.
   void reserve(std::int64_t max_total_length);
-  // Stores k/v [T, kv_heads, head_dim] of layer at (slot[t], position[t]).
+  // New blocks a step appending new_lengths[i] positions to ids[i] needs.
+  std::int64_t blocks_needed(const std::vector<SequenceId>& ids,
+                             const std::vector<std::int64_t>& new_lengths) const;
+  // Allocates the blocks for such a step (and reserves the table width).
+  // Throws (max_seq_len exceeded, or KVCacheFullError) before changing anything.
+  void prepare(const std::vector<SequenceId>& ids, const std::vector<std::int64_t>& new_lengths);
+  // Stores k/v [T, kv_heads, head_dim] of layer at (slot[t], position[t]);
+  // the positions' blocks must have been prepared.
   void write(std::int64_t layer, const torch::Tensor& slots /*[T] int64*/,
              const torch::Tensor& positions /*[T] int64*/, const torch::Tensor& keys,
              const torch::Tensor& values);
@@ -78,27 +125,42 @@ class KVCache {
   // forward pass succeeded, so a failed step leaves the lengths unchanged.
   void advance(const std::vector<SequenceId>& ids, const std::vector<std::int64_t>& new_lengths);
 
-  const torch::Tensor& keys() const { return keys_; }
-  const torch::Tensor& values() const { return values_; }
+  const torch::Tensor& keys() const { return keys_; }      // [layers, blocks, block_size, kv_heads, head_dim]
+  const torch::Tensor& values() const { return values_; }  // same
+  const torch::Tensor& block_table() const;                // [slots, width] int64 (unused entries 0)
 
  private:
   struct Entry {
     std::int64_t slot = 0;
     std::int64_t length = 0;
+    std::vector<std::int64_t> blocks;  // pool block of positions [i*bs, (i+1)*bs)
   };
-  void grow(std::int64_t slots, std::int64_t capacity);
+  void init(std::int64_t initial_slots, std::int64_t initial_blocks);
+  void grow_pool(std::int64_t blocks);
+  void grow_slots(std::int64_t slots);
+  torch::Tensor gather(const torch::Tensor& pool, std::int64_t layer, const torch::Tensor& slots,
+                       std::int64_t length) const;
+  std::int64_t blocks_for(std::int64_t positions) const {
+    return (positions + block_size_ - 1) / block_size_;
+  }
 
   std::int64_t num_layers_;
   std::int64_t num_kv_heads_;
   std::int64_t head_dim_;
   std::int64_t max_seq_len_;
+  std::int64_t block_size_ = 16;
+  std::int64_t max_blocks_ = 0;
   torch::TensorOptions options_;
   std::int64_t num_slots_ = 0;
-  std::int64_t capacity_ = 0;
-  torch::Tensor keys_;    // [layers, slots, capacity, kv_heads, head_dim], RoPE applied
-  torch::Tensor values_;  // [layers, slots, capacity, kv_heads, head_dim]
+  std::int64_t num_blocks_ = 0;
+  std::int64_t table_width_ = 1;
+  torch::Tensor keys_;    // [layers, blocks, block_size, kv_heads, head_dim], RoPE applied
+  torch::Tensor values_;  // [layers, blocks, block_size, kv_heads, head_dim]
+  mutable torch::Tensor table_;     // [slots, width] int64 on the cache's device; rebuilt when dirty
+  mutable bool table_dirty_ = true;
   std::unordered_map<SequenceId, Entry> entries_;
   std::vector<std::int64_t> free_slots_;
+  std::vector<std::int64_t> free_blocks_;  // a stack; the lowest block is handed out first
   SequenceId next_id_ = 0;
 };
 
