@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "moerl/config/config.h"
+#include "moerl/learner/roles.h"
 #include "moerl/runtime/dry_run.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/logging.h"
@@ -59,10 +60,8 @@ int run_roles(const config::Config& config, const TrainOptions& options) {
   runtime::Mailbox mailbox(world.message_comm(), config.cluster.message_timeout_s);
 
   if (!options.dry_run) {
-    if (world.is_coordinator())
-      std::cerr << "moerl train: this build runs the launch check only; use --dry-run (the RL "
-                   "loop arrives with the learner module)\n";
-    return 3;
+    runtime::StopCoordinator stop(mailbox);
+    return learner::run_role(config, world, mailbox, stop, options.init_path);
   }
   const runtime::DryRunResult result = runtime::run_dry_run(config, world, mailbox);
   if (world.is_coordinator()) std::cout << runtime::format_plan(config, world.layout(), result) << std::flush;

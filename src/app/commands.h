@@ -13,6 +13,13 @@ struct TrainOptions {
   std::vector<std::string> overrides;  // --set section.key=value
   std::string log_level;               // --log-level, shortcut for telemetry.log_level
   bool dry_run = false;
+  std::string init_path;               // --init: starting weights
+};
+
+struct PretrainOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int threads = 0;
 };
 
 struct ConfigOptions {
@@ -43,6 +50,7 @@ struct EnvPlayOptions {
 
 int run_train(const TrainOptions& options);
 int run_env_play(const EnvPlayOptions& options);
+int run_pretrain(const PretrainOptions& options);
 int run_config(const ConfigOptions& options);
 int run_bench(const BenchOptionsCli& options);
 

@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "checkpoint_command.h"
 #include "commands.h"
 
 namespace {
@@ -14,8 +15,7 @@ constexpr const char* kEvalHelp =
     "Evaluate a policy on held-out task seeds. Arrives with the learner and checkpoint "
     "modules; this build exits with status 3.";
 constexpr const char* kCheckpointHelp =
-    "List, verify, tag, roll back and export versioned HDF5 checkpoints. Arrives with the "
-    "checkpoint module; this build exits with status 3.";
+    "List, verify, tag, roll back and export versioned HDF5 checkpoints (a store directory).";
 
 int unavailable(const std::string& command) {
   std::cerr << "moerl " << command
@@ -39,13 +39,14 @@ int main(int argc, char** argv) {
   moerl::app::TrainOptions train;
   auto* train_cmd = app.add_subcommand(
       "train",
-      "Launch a job under mpirun/srun: every rank takes its role from [cluster]. This build runs "
-      "the launch check (--dry-run); the RL loop arrives with the learner module.");
+      "Launch a job under mpirun/srun: every rank takes its role from [cluster] (learners, actors, "
+      "env workers) and RL post-training runs; --dry-run only checks the launch.");
   train_cmd->add_option("-c,--config", train.config_path, "TOML run configuration")->required()->check(CLI::ExistingFile);
   train_cmd->add_option("--set", train.overrides, "Override a key: --set section.key=value (repeatable)");
   train_cmd->add_option("--log-level", train.log_level, "trace|debug|info|warn|error (telemetry.log_level)");
   train_cmd->add_flag("--dry-run", train.dry_run,
                       "Assign roles, exchange a round of messages between all ranks, print the plan, exit 0");
+  train_cmd->add_option("--init", train.init_path, "Start from these policy weights (moerl pretrain's output)");
 
   moerl::app::ConfigOptions config;
   auto* config_cmd = app.add_subcommand("config", "Check, show or document run configurations");
@@ -86,8 +87,16 @@ int main(int argc, char** argv) {
 
   auto* eval_cmd = app.add_subcommand("eval", kEvalHelp);
   auto* checkpoint_cmd = app.add_subcommand("checkpoint", kCheckpointHelp);
-  checkpoint_cmd->allow_extras();
+  moerl::app::CheckpointOptions checkpoint;
+  moerl::app::add_checkpoint_subcommands(*checkpoint_cmd, checkpoint);
   eval_cmd->allow_extras();
+
+  moerl::app::PretrainOptions pretrain;
+  auto* pretrain_cmd = app.add_subcommand(
+      "pretrain", "Train the base policy on scripted-expert demonstrations ([pretrain]); one process, no mpirun");
+  pretrain_cmd->add_option("-c,--config", pretrain.config_path, "TOML run configuration")->required()->check(CLI::ExistingFile);
+  pretrain_cmd->add_option("--set", pretrain.overrides, "Override a key: --set section.key=value (repeatable)");
+  pretrain_cmd->add_option("--threads", pretrain.threads, "Compute threads (default: all cores)");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -103,6 +112,7 @@ int main(int argc, char** argv) {
     return moerl::app::run_bench(env_bench);
   }
   if (*eval_cmd) return unavailable("eval");
-  if (*checkpoint_cmd) return unavailable("checkpoint");
+  if (*checkpoint_cmd) return moerl::app::run_checkpoint(checkpoint);
+  if (*pretrain_cmd) return moerl::app::run_pretrain(pretrain);
   return 1;
 }

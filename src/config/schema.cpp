@@ -266,6 +266,9 @@ SectionSpec rollout_section() {
           "Context budget of one episode; reaching it ends the episode (flagged).")
       .at_least(16);
   b.field("group_size", &RolloutSection::group_size, "Samples per task seed (GRPO group size G).").between(1, 1024);
+  b.field("eval_episodes", &RolloutSection::eval_episodes,
+          "Held-out episodes per family evaluated (greedy) before and after training; 0 = none.")
+      .at_least(0);
   return spec;
 }
 

@@ -16,6 +16,9 @@ const char* message_type_name(MessageType type) {
     case MessageType::EnvRequest: return "EnvRequest";
     case MessageType::EnvReply: return "EnvReply";
     case MessageType::EnvCapacity: return "EnvCapacity";
+    case MessageType::WorkRequest: return "WorkRequest";
+    case MessageType::TaskAssignment: return "TaskAssignment";
+    case MessageType::Trajectory: return "Trajectory";
   }
   return "unknown";
 }

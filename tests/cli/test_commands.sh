@@ -11,9 +11,9 @@ for cmd in train eval config checkpoint bench; do
   expect_status 0 $? "$cmd --help"
   expect_contains out.txt "Usage" "$cmd --help"
 done
-"$MOERL" checkpoint list runs >out.txt 2>&1
-expect_status 3 $? "checkpoint (later module)"
-expect_contains out.txt "not in this build" "checkpoint says so"
+"$MOERL" eval >out.txt 2>&1
+expect_status 3 $? "eval (later module)"
+expect_contains out.txt "not in this build" "eval says so"
 
 "$MOERL" bench --list >out.txt 2>&1
 expect_status 0 $? "bench --list"

@@ -39,8 +39,11 @@ enum class MessageType : std::uint16_t {
   EnvRequest = 8,     // actor -> env worker: open/step/close/snapshot/restore a session
   EnvReply = 9,       // env worker -> actor
   EnvCapacity = 10,   // learner 0 -> env worker: change the live-session limit
+  WorkRequest = 11,   // actor -> learner 0: room for more episodes
+  TaskAssignment = 12,  // learner 0 -> actor: task groups to run (or: no more work)
+  Trajectory = 13,    // actor -> learner: one finished episode
 };
-constexpr std::uint16_t kMaxMessageType = 10;
+constexpr std::uint16_t kMaxMessageType = 13;
 
 const char* message_type_name(MessageType type);
 bool is_known_message_type(std::uint16_t value);

@@ -1,0 +1,88 @@
+#pragma once
+// The learner role. Every learner collects the GRPO groups routed to it
+// (group_id mod learners), and when each has its share of
+// [algo] groups_per_step it takes one step: recompute log-probs (replaying the
+// actors' routing), group-relative advantages, the clipped policy loss with
+// truncated importance weights against the behaviour log-probs, gradient
+// all-reduce over the learners, AdamW. Episodes older than
+// [sync] max_staleness versions are dropped (counted). Learner 0 also
+// coordinates the actors (TaskCoordinator) and publishes the weights every
+// [sync] interval steps.
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "moerl/comm/communicator.h"
+#include "moerl/config/config.h"
+#include "moerl/learner/task_coordinator.h"
+#include "moerl/model/policy.h"
+#include "moerl/rollout/trajectory.h"
+#include "moerl/runtime/job_control.h"
+#include "moerl/runtime/world.h"
+#include "moerl/sync/weight_sync.h"
+
+namespace moerl::learner {
+
+struct StepStats {
+  std::int64_t step = 0;
+  std::int64_t version = 0;
+  int episodes = 0;
+  double reward_mean = 0;
+  std::map<std::string, FamilyScore> by_family;
+  std::int64_t generated_tokens = 0;
+  std::int64_t tokens = 0;
+  double staleness_mean = 0;
+  std::int64_t staleness_max = 0;
+  std::int64_t dropped_groups = 0;    // too stale
+  std::int64_t zero_variance_groups = 0;
+  double loss = 0;
+  double importance_weight_mean = 1;
+  double behaviour_gap = 0;
+  double clip_fraction = 0;
+  double update_s = 0;
+  double sync_s = 0;
+  bool updated = false;               // false when every group was filtered out
+};
+
+class Learner {
+ public:
+  Learner(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
+          comm::Communicator& learner_comm, comm::Communicator* sync_comm);
+  // Trains for [optim] total_steps; learner 0 then runs the final evaluation,
+  // writes <run dir>/summary.json and releases the actors.
+  void run(runtime::StopCoordinator& stop);
+
+  // One update on the given episodes (all learners call it together).
+  StepStats update(const std::vector<const rollout::Trajectory*>& episodes);
+
+ private:
+  void receive_episodes();
+  std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken);
+  void allreduce_gradients();
+  void publish_weights();
+  void serve_while(const std::function<bool()>& busy);
+  double learning_rate(std::int64_t step) const;
+  void report(const StepStats& stats, double elapsed_s);
+
+  const config::Config& config_;
+  const runtime::World& world_;
+  runtime::Mailbox& mailbox_;
+  model::Policy policy_;
+  comm::Communicator& learner_comm_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<sync::WeightPublisher> publisher_;
+  std::unique_ptr<TaskCoordinator> coordinator_;
+  std::map<std::uint64_t, std::vector<rollout::Trajectory>> groups_;  // group id -> episodes received
+  std::vector<rollout::Trajectory> batch_storage_;
+  std::int64_t step_ = 0;
+  std::int64_t version_ = 0;
+  int learners_ = 1;
+  double last_sync_s_ = 0;
+};
+
+}  // namespace moerl::learner

@@ -1,0 +1,37 @@
+#pragma once
+// `moerl pretrain`: the supervised warm-up that stands in for "the fixed
+// pre-trained base" on machines without real model weights. The task
+// families' scripted experts play episodes with [pretrain] expert_error_rate
+// (so the base is imperfect and RL has room to improve it); the policy learns
+// to predict the experts' actions (cross-entropy on assistant tokens only) in
+// exactly the chat layout the actors use.
+
+#include <string>
+
+#include "moerl/config/config.h"
+#include "moerl/model/policy.h"
+
+namespace moerl::learner {
+
+struct PretrainReport {
+  int episodes = 0;
+  std::int64_t tokens = 0;
+  std::int64_t steps = 0;
+  double first_loss = 0;
+  double final_loss = 0;
+  double final_accuracy = 0;   // next-token accuracy on assistant tokens of the last steps
+  double wall_s = 0;
+  std::string path;
+};
+
+// The base policy's file: [pretrain] output, or <run dir>/base.pt.
+std::string base_policy_path(const config::Config& config);
+
+// Trains `policy` in place and saves it; prints progress every `log_every` steps.
+PretrainReport pretrain(const config::Config& config, model::Policy policy, int log_every = 25);
+
+// Loads policy weights saved by pretrain() (torch::save format); throws
+// moerl::Error naming the file when it is missing or does not fit the model.
+void load_policy(model::Policy policy, const std::string& path);
+
+}  // namespace moerl::learner

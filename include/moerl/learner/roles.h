@@ -1,0 +1,23 @@
+#pragma once
+// What each rank does in `moerl train`: the entry point from the app into the
+// roles (learner, actor, env worker, standby actor). Kept free of LibTorch
+// headers so the app's translation units stay light.
+
+#include <string>
+
+#include "moerl/config/config.h"
+#include "moerl/runtime/job_control.h"
+#include "moerl/runtime/mailbox.h"
+#include "moerl/runtime/world.h"
+
+namespace moerl::learner {
+
+// Runs this rank's role until the job ends; `init_path` (may be empty) holds
+// the starting policy weights. Returns the process exit status.
+int run_role(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
+             runtime::StopCoordinator& stop, const std::string& init_path);
+
+// `moerl pretrain` (one process).
+int run_pretrain_command(const config::Config& config);
+
+}  // namespace moerl::learner

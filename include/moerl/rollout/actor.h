@@ -1,0 +1,76 @@
+#pragma once
+// The actor role: drives many episodes at once through env workers with one
+// GenerationEngine, and streams finished episodes to the learners.
+//
+// Per episode: open the task on its env worker; put the observation into the
+// context as a user turn followed by the assistant header; generate until
+// end-of-turn; send the decoded action to the env worker; repeat until the
+// episode is done (or the context budget ends it, flagged). The whole context
+// with its generated-token mask, behaviour log-probs, token versions and the
+// routing of every fed position becomes one Trajectory for learner
+// (group_id mod learners).
+//
+// New weights arrive through a WeightReceiver polled between decode steps;
+// they are applied only between steps, so every token has exactly one version.
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "moerl/comm/communicator.h"
+#include "moerl/config/config.h"
+#include "moerl/env/env_worker.h"
+#include "moerl/model/policy.h"
+#include "moerl/rollout/generation_engine.h"
+#include "moerl/rollout/trajectory.h"
+#include "moerl/runtime/job_control.h"
+#include "moerl/runtime/world.h"
+#include "moerl/sync/weight_sync.h"
+
+namespace moerl::rollout {
+
+class Actor {
+ public:
+  Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
+        comm::Communicator& sync_comm);
+  // Runs until learner 0 says the work is finished (then drains) or a stop.
+  void run(runtime::StopCoordinator& stop);
+
+ private:
+  struct Episode {
+    TaskGroup group;
+    std::uint64_t id = 0;
+    Trajectory trajectory;
+    bool waiting_env = true;
+    bool needs_end_of_turn = false;  // the last turn hit max tokens before <eot>
+    std::chrono::steady_clock::time_point started;
+  };
+
+  void request_work();
+  void take_assignment(const TaskAssignment& assignment);
+  void start_waiting_groups();
+  void on_env_reply(const env::EnvReply& reply);
+  void on_turn(std::uint64_t id);
+  void prompt_turn(Episode& episode, const std::string& observation, bool first);
+  void finish(Episode& episode, const std::string& error);
+  void apply_new_weights();
+  int free_slots() const;
+
+  const config::Config& config_;
+  const runtime::World& world_;
+  runtime::Mailbox& mailbox_;
+  GenerationEngine engine_;
+  env::EnvClient env_;
+  sync::WeightReceiver receiver_;
+  std::map<std::uint64_t, Episode> episodes_;
+  std::deque<TaskGroup> waiting_groups_;
+  std::uint64_t next_episode_ = 0;
+  bool work_requested_ = false;
+  bool finished_ = false;
+  std::int64_t moe_layers_ = 0;
+  std::int64_t top_k_ = 0;
+};
+
+}  // namespace moerl::rollout

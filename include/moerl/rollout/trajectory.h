@@ -1,0 +1,69 @@
+#pragma once
+// What actors send learners: finished episodes, and the work protocol
+// between actors and learner 0 (actors ask for work, learner 0 hands out
+// task groups). Plain vectors, no tensors: these cross the wire.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moerl/env/environment.h"
+#include "moerl/runtime/message.h"
+
+namespace moerl::rollout {
+
+// One GRPO group: `size` episodes of the same task (same family and seed),
+// sampled independently.
+struct TaskGroup {
+  std::uint64_t group_id = 0;
+  env::TaskSpec task;
+  std::int32_t size = 1;
+  bool evaluation = false;  // greedy, not trained on; reported in the before/after table
+  std::int64_t min_version = 0;  // the actor starts it only with weights at least this new
+};
+
+struct WorkRequest {
+  static constexpr runtime::MessageType kType = runtime::MessageType::WorkRequest;
+  std::int32_t free_slots = 0;  // episodes the actor could start now
+  void encode(runtime::ByteWriter& w) const;
+  static WorkRequest decode(runtime::ByteReader& r);
+};
+
+struct TaskAssignment {
+  static constexpr runtime::MessageType kType = runtime::MessageType::TaskAssignment;
+  std::vector<TaskGroup> groups;
+  bool finished = false;  // no more work will come: the actor drains and stops
+  void encode(runtime::ByteWriter& w) const;
+  static TaskAssignment decode(runtime::ByteReader& r);
+};
+
+// A finished episode. tokens is the whole context the actor fed its model,
+// in order; generated[i] = 1 where the policy sampled tokens[i].
+struct Trajectory {
+  static constexpr runtime::MessageType kType = runtime::MessageType::Trajectory;
+  std::uint64_t episode_id = 0;
+  std::uint64_t group_id = 0;
+  std::int32_t actor = -1;
+  env::TaskSpec task;
+  bool evaluation = false;
+  std::vector<std::int32_t> tokens;          // [n]
+  std::vector<std::uint8_t> generated;       // [n]
+  std::vector<float> behaviour_logprobs;     // [n]; 0 where not generated
+  std::vector<std::int32_t> versions;        // [n]; policy version that produced the token, -1 if not generated
+  std::vector<std::uint8_t> routing;         // [(n - 1) * moe_layers * top_k] experts of every fed position
+  std::int32_t moe_layers = 0;
+  std::int32_t top_k = 0;
+  std::vector<float> turn_rewards;           // reward of each environment step
+  double reward = 0;                         // sum of turn rewards
+  bool success = false;
+  bool truncated = false;                    // the context budget ended it
+  std::string error;                         // the environment failed for good (recorded, not trained on)
+  double wall_s = 0;                         // open to close
+  std::int32_t turns() const { return static_cast<std::int32_t>(turn_rewards.size()); }
+  std::int32_t min_version() const;          // oldest version among generated tokens (-1 if none)
+
+  void encode(runtime::ByteWriter& w) const;
+  static Trajectory decode(runtime::ByteReader& r);  // checks the arrays agree in length
+};
+
+}  // namespace moerl::rollout

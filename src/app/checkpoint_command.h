@@ -1,0 +1,44 @@
+#pragma once
+// `moerl checkpoint list|verify|tag|rollback|export|prune` over a checkpoint
+// directory, plus the hidden `write-sample` (writes a small sample version:
+// a tool for testing the store and these commands, not for training).
+// No MPI, no LibTorch: safe on a login node.
+//
+// Wiring in main.cpp:
+//   moerl::app::CheckpointOptions checkpoint;
+//   moerl::app::add_checkpoint_subcommands(*checkpoint_cmd, checkpoint);
+//   ...
+//   if (*checkpoint_cmd) return moerl::app::run_checkpoint(checkpoint);
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace moerl::app {
+
+struct CheckpointOptions {
+  std::string action;       // list | verify | tag | rollback | export | prune | write-sample
+  std::string dir;          // the checkpoint directory (RUN_DIR/checkpoints)
+  std::string version;      // verify (optional), tag, export, write-sample: a version or tag
+  std::string name;         // tag: the new tag
+  std::string to;           // rollback --to VERSION|TAG
+  bool previous = false;    // rollback --previous
+  std::string out_path;     // export OUT.h5
+  int keep_last = 0;        // prune --keep K
+  int shards = 1;           // write-sample --shards N
+  bool no_latest = false;   // write-sample --no-latest: leave `latest` where it is
+};
+
+// Exit status: 0 success; 1 a checkpoint is invalid (verify) or an operation
+// was refused (rollback to a corrupt version); 2 usage errors (unknown
+// directory, version or tag).
+int run_checkpoint(const CheckpointOptions& options);
+
+// Declares the subcommands and their options under `checkpoint_cmd`; the
+// chosen one's name lands in options.action.
+void add_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& options);
+
+}  // namespace moerl::app

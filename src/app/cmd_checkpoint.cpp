@@ -1,0 +1,233 @@
+// `moerl checkpoint ...`: inspect, verify, tag, roll back, prune and export
+// the versions in a checkpoint directory.
+
+#include <CLI/CLI.hpp>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include "checkpoint_command.h"
+#include "moerl/storage/checkpoint_store.h"
+
+namespace moerl::app {
+
+namespace {
+
+using storage::CheckpointStore;
+
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return text;
+}
+
+std::string join(const std::vector<std::string>& parts, const char* separator) {
+  std::string text;
+  for (const auto& p : parts) text += (text.empty() ? "" : separator) + p;
+  return text;
+}
+
+void require_directory(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) {
+    throw storage::CheckpointError("checkpoint directory '" + dir + "' does not exist");
+  }
+}
+
+int run_list(const CheckpointStore& store) {
+  const auto infos = store.list();
+  if (infos.empty()) {
+    std::cout << store.directory() << ": no checkpoints\n";
+    return 0;
+  }
+  std::printf("%-9s %-8s %-7s %-6s %-6s %-10s %-8s %-20s %s\n", "version", "step", "policy", "latest", "shards",
+              "size", "status", "tags", "metrics at save");
+  int invalid = 0;
+  for (const auto& info : infos) {
+    std::vector<std::string> metrics;
+    for (const auto& [name, value] : info.metrics) {
+      std::ostringstream m;
+      m << name << "=" << value;
+      metrics.push_back(m.str());
+    }
+    const std::string status = info.valid ? "valid" : info.complete ? "INVALID" : "partial";
+    invalid += info.valid ? 0 : 1;
+    std::printf("%-9s %-8s %-7s %-6s %-6d %-10s %-8s %-20s %s\n", CheckpointStore::version_label(info.version).c_str(),
+                info.learner_step >= 0 ? std::to_string(info.learner_step).c_str() : "?",
+                info.policy_version >= 0 ? std::to_string(info.policy_version).c_str() : "?",
+                info.is_latest ? "*" : "", info.num_shards, human_bytes(info.bytes).c_str(), status.c_str(),
+                info.tags.empty() ? "-" : join(info.tags, ",").c_str(), join(metrics, " ").c_str());
+    if (!info.valid) std::printf("          ^ %s\n", info.problem.c_str());
+  }
+  std::printf("%zu version(s), %d not valid; latest: %s\n", infos.size(), invalid,
+              store.latest() ? CheckpointStore::version_label(*store.latest()).c_str() : "none");
+  return 0;
+}
+
+int run_verify(const CheckpointStore& store, const std::string& target) {
+  std::vector<std::int64_t> versions;
+  if (target.empty()) {
+    versions = store.versions();
+  } else {
+    versions.push_back(store.resolve(target));
+  }
+  if (versions.empty()) {
+    std::cout << store.directory() << ": no checkpoints to verify\n";
+    return 1;
+  }
+  int invalid = 0;
+  for (std::int64_t v : versions) {
+    const storage::VerifyResult result = store.verify(v);
+    if (result.valid) {
+      std::cout << CheckpointStore::version_label(v) << ": valid (" << human_bytes(result.bytes_checked)
+                << " of arrays checked)\n";
+    } else {
+      std::cout << CheckpointStore::version_label(v) << ": INVALID: " << result.problem << "\n";
+      ++invalid;
+    }
+  }
+  return invalid == 0 ? 0 : 1;
+}
+
+int run_rollback(CheckpointStore& store, const CheckpointOptions& options) {
+  if (options.previous == !options.to.empty()) {
+    std::cerr << "moerl checkpoint rollback: give exactly one of --to VERSION|TAG and --previous\n";
+    return 2;
+  }
+  const storage::RollbackResult result = options.previous ? store.rollback_previous() : store.rollback_to(options.to);
+  for (const auto& [version, reason] : result.skipped) {
+    std::cout << "skipped " << CheckpointStore::version_label(version) << ": " << reason << "\n";
+  }
+  std::cout << "latest: " << (result.from ? CheckpointStore::version_label(*result.from) : std::string("none"))
+            << " -> " << CheckpointStore::version_label(result.to)
+            << " (running actors load it at their next weight sync)\n";
+  return 0;
+}
+
+int run_prune(CheckpointStore& store, int keep_last) {
+  const storage::RetentionResult result = store.apply_retention(keep_last);
+  for (std::int64_t v : result.deleted) std::cout << "deleted " << CheckpointStore::version_label(v) << "\n";
+  for (const auto& leftover : result.removed_leftovers) std::cout << "removed leftover " << leftover << "\n";
+  std::cout << result.kept.size() << " version(s) kept, " << result.deleted.size() << " deleted\n";
+  return 0;
+}
+
+// A small but representative version: every dtype, every array group, the
+// attributes a learner writes. For testing the store and these commands.
+int run_write_sample(const CheckpointOptions& options) {
+  storage::StoreOptions store_options;
+  store_options.faults = storage::FaultInjection::from_environment();
+  CheckpointStore store(options.dir, store_options);
+  const std::int64_t version = std::stoll(options.version);
+  if (options.shards < 1) throw storage::CheckpointError("--shards must be >= 1");
+  for (int rank = 0; rank < options.shards; ++rank) {
+    auto writer = store.shard_writer(version, rank, options.shards);
+    const std::string r = std::to_string(rank);
+    std::vector<float> embed(32 * 16);
+    for (std::size_t i = 0; i < embed.size(); ++i) {
+      embed[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i + 1) * static_cast<double>(version + 1)));
+    }
+    writer->add_array("model/shard" + r + "/embed", storage::DType::Float32, {32, 16}, embed.data(), embed.size() * 4);
+    std::vector<std::uint16_t> expert(4 * 16 * 8, static_cast<std::uint16_t>(0x3f80 + version));
+    writer->add_array("model/shard" + r + "/experts.w1", storage::DType::BFloat16, {4, 16, 8}, expert.data(),
+                      expert.size() * 2);
+    std::vector<double> moment(embed.begin(), embed.end());
+    writer->add_array("optimizer/shard" + r + "/adam_m/embed", storage::DType::Float64, {32, 16}, moment.data(),
+                      moment.size() * 8);
+    std::vector<std::uint8_t> rng(64, static_cast<std::uint8_t>(rank + 1));
+    writer->add_array("rng/rank" + r, storage::DType::UInt8, {64}, rng.data(), rng.size());
+    const std::vector<std::int64_t> cursor = {version * 10, 7, 0};
+    writer->add_array("state/rank" + r + "/cursor", storage::DType::Int64, {3}, cursor.data(), cursor.size() * 8);
+    writer->set_attribute(storage::attribute_key::kLearnerStep, version * 10);
+    writer->set_attribute(storage::attribute_key::kPolicyVersion, version);
+    writer->set_attribute(storage::attribute_key::kConfigToml, std::string("# sample checkpoint\n[model]\nd_model = 16\n"));
+    writer->set_attribute("metric.reward_mean", 0.05 * static_cast<double>(version));
+    writer->commit();
+  }
+  store.complete_version(version, options.shards, !options.no_latest);
+  std::cout << "wrote sample " << CheckpointStore::version_label(version) << " (" << options.shards
+            << " shard(s)) to " << options.dir << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int run_checkpoint(const CheckpointOptions& options) {
+  try {
+    CheckpointStore store(options.dir);
+    if (options.action == "write-sample") return run_write_sample(options);
+    require_directory(options.dir);
+    if (options.action == "list") return run_list(store);
+    if (options.action == "verify") return run_verify(store, options.version);
+    if (options.action == "tag") {
+      const std::int64_t version = store.resolve(options.version);
+      store.tag(version, options.name);
+      std::cout << "tagged " << CheckpointStore::version_label(version) << " as '" << options.name << "'\n";
+      return 0;
+    }
+    if (options.action == "rollback") return run_rollback(store, options);
+    if (options.action == "export") {
+      const std::int64_t version = store.resolve(options.version);
+      const std::uint64_t bytes = store.export_weights(version, options.out_path);
+      std::cout << "exported the weights of " << CheckpointStore::version_label(version) << " to "
+                << options.out_path << " (" << human_bytes(bytes) << ")\n";
+      return 0;
+    }
+    if (options.action == "prune") return run_prune(store, options.keep_last);
+    std::cerr << "moerl checkpoint: unknown action '" << options.action << "'\n";
+    return 2;
+  } catch (const storage::InjectedFault& error) {
+    std::cerr << "moerl checkpoint: " << error.what() << "\n";
+    return storage::kFaultExitStatus;
+  } catch (const storage::CheckpointError& error) {
+    std::cerr << "moerl checkpoint " << options.action << ": " << error.what() << "\n";
+    const bool refused = options.action == "rollback" || options.action == "tag" || options.action == "export";
+    return refused && std::filesystem::is_directory(options.dir) ? 1 : 2;
+  } catch (const std::exception& error) {
+    std::cerr << "moerl checkpoint " << options.action << ": " << error.what() << "\n";
+    return 1;
+  }
+}
+
+void add_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& options) {
+  checkpoint_cmd.require_subcommand(1);
+  auto named = [&](const char* name, const char* help) {
+    CLI::App* sub = checkpoint_cmd.add_subcommand(name, help);
+    sub->add_option("dir", options.dir, "Checkpoint directory (RUN_DIR/checkpoints)")->required();
+    sub->callback([&options, name] { options.action = name; });
+    return sub;
+  };
+  named("list", "List versions: step, policy version, tags, metrics at save, size, valid or not");
+  auto* verify = named("verify", "Verify every version, or one (exit 1 when any is invalid)");
+  verify->add_option("version", options.version, "Version (12, v000012) or tag");
+  auto* tag = named("tag", "Tag a valid version (a tag that exists moves)");
+  tag->add_option("version", options.version, "Version or tag")->required();
+  tag->add_option("name", options.name, "New tag: [A-Za-z0-9_.-]")->required();
+  auto* rollback = named("rollback", "Move `latest` to a valid version; actors pick it up at their next sync");
+  auto* to = rollback->add_option("--to", options.to, "Version or tag");
+  rollback->add_flag("--previous", options.previous, "The newest valid version older than latest")->excludes(to);
+  auto* exported = named("export", "Write the model weights of one version to one HDF5 file (for inference)");
+  exported->add_option("version", options.version, "Version or tag")->required();
+  exported->add_option("out", options.out_path, "Output .h5 file")->required();
+  auto* prune = named("prune", "Retention: keep the last K versions plus tagged ones and latest; delete the rest");
+  prune->add_option("--keep", options.keep_last, "Versions to keep (K >= 1)")->required()->check(CLI::PositiveNumber);
+  auto* sample = named("write-sample", "Write a small sample version (a tool for testing the store)");
+  sample->add_option("version", options.version, "Version number")->required()->check(CLI::NonNegativeNumber);
+  sample->add_option("--shards", options.shards, "Number of shards");
+  sample->add_flag("--no-latest", options.no_latest, "Do not move latest");
+  sample->group("");  // hidden from --help
+}
+
+}  // namespace moerl::app

@@ -1,0 +1,26 @@
+// `moerl pretrain`: the supervised warm-up of the base policy (one process).
+
+#include <iostream>
+#include <thread>
+
+#include "commands.h"
+#include "moerl/config/config.h"
+#include "moerl/learner/roles.h"
+
+namespace moerl::app {
+
+int run_pretrain(const PretrainOptions& options) {
+  try {
+    const config::Config config = config::load_config_file(options.config_path, options.overrides);
+    set_compute_threads(options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency()));
+    return learner::run_pretrain_command(config);
+  } catch (const config::ConfigError& error) {
+    std::cerr << error.what() << "\n";
+    return config::kConfigErrorExitStatus;
+  } catch (const std::exception& error) {
+    std::cerr << "moerl pretrain: " << error.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace moerl::app

@@ -1,0 +1,67 @@
+#include "moerl/learner/episode_batch.h"
+
+#include "moerl/core/error.h"
+
+namespace moerl::learner {
+
+EpisodeBatch make_episode_batch(const std::vector<const rollout::Trajectory*>& episodes, bool replay_routing) {
+  MOERL_CHECK(!episodes.empty(), "make_episode_batch: no episodes");
+  const auto b = static_cast<std::int64_t>(episodes.size());
+  std::int64_t longest = 1, total = 0;
+  bool all_routed = replay_routing;
+  for (const rollout::Trajectory* t : episodes) {
+    MOERL_CHECK(t->tokens.size() >= 2, "episode " + std::to_string(t->episode_id) + " has fewer than 2 tokens");
+    const auto fed = static_cast<std::int64_t>(t->tokens.size()) - 1;
+    longest = std::max(longest, fed);
+    total += fed;
+    all_routed = all_routed && t->moe_layers > 0 && !t->routing.empty();
+  }
+  EpisodeBatch batch;
+  batch.inputs = torch::full({b, longest}, 258 /* pad */, torch::kInt64);
+  batch.lengths = torch::empty({b}, torch::kInt64);
+  batch.targets = torch::empty({total}, torch::kInt64);
+  batch.loss_mask = torch::empty({total}, torch::kFloat32);
+  batch.behaviour_logprobs = torch::empty({total}, torch::kFloat32);
+  batch.versions = torch::empty({total}, torch::kInt64);
+  batch.sequence_index = torch::empty({total}, torch::kInt64);
+  const std::int64_t layers = all_routed ? episodes.front()->moe_layers : 0;
+  const std::int64_t k = all_routed ? episodes.front()->top_k : 0;
+  if (all_routed) batch.forced_experts = torch::empty({total, layers, k}, torch::kInt64);
+
+  auto inputs = batch.inputs.accessor<std::int64_t, 2>();
+  auto targets = batch.targets.data_ptr<std::int64_t>();
+  auto mask = batch.loss_mask.data_ptr<float>();
+  auto behaviour = batch.behaviour_logprobs.data_ptr<float>();
+  auto versions = batch.versions.data_ptr<std::int64_t>();
+  auto sequence = batch.sequence_index.data_ptr<std::int64_t>();
+  std::int64_t at = 0;
+  for (std::int64_t e = 0; e < b; ++e) {
+    const rollout::Trajectory& t = *episodes[static_cast<size_t>(e)];
+    const auto fed = static_cast<std::int64_t>(t.tokens.size()) - 1;
+    batch.lengths[e] = fed;
+    if (all_routed)
+      MOERL_CHECK(t.moe_layers == layers && t.top_k == k, "episodes disagree on the routing shape");
+    for (std::int64_t i = 0; i < fed; ++i, ++at) {
+      inputs[e][i] = t.tokens[static_cast<size_t>(i)];
+      const auto next = static_cast<size_t>(i + 1);
+      targets[at] = t.tokens[next];
+      mask[at] = t.generated[next] ? 1.f : 0.f;
+      behaviour[at] = t.behaviour_logprobs[next];
+      versions[at] = t.versions[next];
+      sequence[at] = e;
+      batch.generated_tokens += t.generated[next];
+    }
+    if (all_routed) {
+      const auto count = fed * layers * k;
+      auto forced = batch.forced_experts.data_ptr<std::int64_t>() + (at - fed) * layers * k;
+      for (std::int64_t j = 0; j < count; ++j) forced[j] = t.routing[static_cast<size_t>(j)];
+    }
+  }
+  return batch;
+}
+
+torch::Tensor target_logprobs(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return torch::log_softmax(logits.to(torch::kFloat32), -1).gather(1, targets.unsqueeze(1)).squeeze(1);
+}
+
+}  // namespace moerl::learner

@@ -1,0 +1,340 @@
+#include "moerl/learner/learner.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+#include <thread>
+
+#include "moerl/algo/advantages.h"
+#include "moerl/algo/policy_loss.h"
+#include "moerl/algo/token_batch.h"
+#include "moerl/learner/episode_batch.h"
+#include "moerl/sync/module_weights.h"
+#include "moerl/telemetry/metrics.h"
+
+namespace moerl::learner {
+namespace {
+
+double now_s() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+algo::PolicyLossOptions loss_options(const config::AlgoSection& a, std::int64_t max_tokens) {
+  algo::PolicyLossOptions o;
+  o.ratio_level = a.gspo ? algo::RatioLevel::RatioSequence : algo::RatioLevel::RatioToken;
+  o.clip_low = a.clip_low;
+  o.clip_high = a.clip_high;
+  switch (a.normalization) {
+    case config::LossNormalization::Token: o.aggregation = algo::LossAggregation::TokenMean; break;
+    case config::LossNormalization::Sequence: o.aggregation = algo::LossAggregation::SequenceMean; break;
+    case config::LossNormalization::Constant:
+      o.aggregation = algo::LossAggregation::ConstantNormalizer;
+      o.constant_normalizer = static_cast<double>(max_tokens);
+      break;
+  }
+  o.importance_cap = a.importance_cap;
+  o.kl_estimator = a.kl == config::KlMode::K1 ? algo::KlEstimator::KlK1
+                   : a.kl == config::KlMode::K3 ? algo::KlEstimator::KlK3 : algo::KlEstimator::KlNone;
+  o.kl_coef = a.kl_coef;
+  o.entropy_coef = a.entropy_coef;
+  return o;
+}
+
+sync::SyncOptions sync_options(const config::Config& config) {
+  sync::SyncOptions options;
+  options.bucket_bytes = static_cast<size_t>(config.sync.bucket_mb) << 20;
+  options.timeout_s = config.cluster.message_timeout_s;
+  return options;
+}
+
+std::string format_duration(double seconds) {
+  std::ostringstream out;
+  const auto s = static_cast<long>(std::max(0.0, seconds));
+  if (s >= 60) out << s / 60 << "m";
+  out << std::setw(s >= 60 ? 2 : 1) << std::setfill('0') << s % 60 << "s";
+  return out.str();
+}
+
+}  // namespace
+
+Learner::Learner(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
+                 model::Policy policy, comm::Communicator& learner_comm, comm::Communicator* sync_comm)
+    : config_(config), world_(world), mailbox_(mailbox), policy_(policy), learner_comm_(learner_comm) {
+  learners_ = learner_comm.size();
+  auto options = torch::optim::AdamWOptions(config.optim.lr)
+                     .betas(std::make_tuple(config.optim.beta1, config.optim.beta2))
+                     .weight_decay(config.optim.weight_decay);
+  optimizer_ = std::make_unique<torch::optim::AdamW>(policy_->parameters(), options);
+  if (world.is_coordinator()) {
+    coordinator_ = std::make_unique<TaskCoordinator>(config, mailbox, learners_,
+                                                     world.layout().ranks_of(runtime::Role::Actor));
+    MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
+    publisher_ = std::make_unique<sync::WeightPublisher>(*sync_comm, sync::module_weight_views(*policy_),
+                                                         sync_options(config));
+  }
+}
+
+double Learner::learning_rate(std::int64_t step) const {
+  const auto& o = config_.optim;
+  if (o.warmup_steps > 0 && step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / o.warmup_steps;
+  if (!o.cosine) return o.lr;
+  const double progress = static_cast<double>(step - o.warmup_steps) / std::max<std::int64_t>(1, o.total_steps - o.warmup_steps);
+  return o.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress))));
+}
+
+void Learner::receive_episodes() {
+  while (auto message = mailbox_.try_receive<rollout::Trajectory>()) {
+    rollout::Trajectory& episode = message->second;
+    if (episode.evaluation) {
+      MOERL_CHECK(coordinator_ != nullptr, "an evaluation episode reached a learner other than learner 0");
+      coordinator_->record_evaluation(episode);
+      continue;
+    }
+    groups_[episode.group_id].push_back(std::move(episode));
+  }
+}
+
+void Learner::serve_while(const std::function<bool()>& busy) {
+  const double started = now_s();
+  double last_progress = started;
+  size_t seen = 0;
+  while (busy()) {
+    if (coordinator_) coordinator_->serve(version_);
+    receive_episodes();
+    if (publisher_ && publisher_->in_flight()) publisher_->progress();
+    size_t held = 0;
+    for (const auto& [id, episodes] : groups_) held += episodes.size();
+    if (held != seen) {
+      seen = held;
+      last_progress = now_s();
+    }
+    // Nothing arrived for a long time: say who we wait for instead of hanging.
+    if (now_s() - last_progress > 10 * config_.cluster.message_timeout_s)
+      throw runtime::TimeoutError("learner " + std::to_string(world_.role_index()) + ": no episodes arrived for " +
+                                  std::to_string(static_cast<int>(now_s() - last_progress)) +
+                                  " s (actors or env workers stuck?)");
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t& dropped, std::int64_t& taken) {
+  const std::int64_t quota = (config_.algo.groups_per_step + learners_ - 1) / learners_;
+  const auto group_size = static_cast<size_t>(config_.rollout.group_size);
+  std::vector<std::uint64_t> complete;
+  for (const auto& [id, episodes] : groups_)
+    if (episodes.size() >= group_size) complete.push_back(id);
+  if (static_cast<std::int64_t>(complete.size()) < quota) return {};
+  complete.resize(static_cast<size_t>(quota));
+  batch_storage_.clear();
+  dropped = taken = 0;
+  for (std::uint64_t id : complete) {
+    std::vector<rollout::Trajectory> episodes = std::move(groups_[id]);
+    groups_.erase(id);
+    std::int32_t oldest = std::numeric_limits<std::int32_t>::max();
+    for (const auto& e : episodes)
+      if (e.min_version() >= 0) oldest = std::min(oldest, e.min_version());
+    // Bounded staleness: a group sampled by weights older than allowed is not trained on.
+    if (oldest != std::numeric_limits<std::int32_t>::max() && version_ - oldest > config_.sync.max_staleness) {
+      ++dropped;
+      continue;
+    }
+    ++taken;
+    for (auto& e : episodes)
+      if (e.error.empty() && e.tokens.size() >= 2) batch_storage_.push_back(std::move(e));
+  }
+  std::vector<const rollout::Trajectory*> batch;
+  for (const auto& e : batch_storage_) batch.push_back(&e);
+  return batch;
+}
+
+void Learner::allreduce_gradients() {
+  // One flat buffer: every gradient, then the count of tokens this learner
+  // trained on (so all learners agree whether anyone had data).
+  std::vector<torch::Tensor> pieces;
+  for (auto& p : policy_->parameters())
+    pieces.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+  if (learners_ == 1) return;
+  torch::Tensor flat = torch::cat(pieces).contiguous();
+  auto request = learner_comm_.allreduce_sum_async(flat.data_ptr(), static_cast<size_t>(flat.numel()), comm::DataType::Float32);
+  serve_while([&] { return !request->test(); });
+  flat.div_(static_cast<double>(learners_));
+  std::int64_t at = 0;
+  for (auto& p : policy_->parameters()) {
+    torch::Tensor slice = flat.narrow(0, at, p.numel()).view_as(p);
+    if (p.grad().defined()) {
+      p.mutable_grad().copy_(slice);
+    } else {
+      p.mutable_grad() = slice.clone();
+    }
+    at += p.numel();
+  }
+}
+
+StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episodes) {
+  const double started = now_s();
+  StepStats st;
+  st.step = step_;
+  st.version = version_;
+  optimizer_->zero_grad();
+  double local_tokens = 0;
+  if (!episodes.empty()) {
+    const bool replay = config_.algo.routing_replay && config_.moe.enabled;
+    EpisodeBatch batch = make_episode_batch(episodes, replay);
+    policy_->train();
+    model::PolicyOutput out = policy_->forward(batch.inputs, batch.lengths, batch.forced_experts);
+    torch::Tensor logp = target_logprobs(out.logits, batch.targets);
+    const auto n = static_cast<std::int64_t>(episodes.size());
+    std::vector<float> reward_values;
+    std::vector<std::int64_t> group_values;
+    for (const auto* e : episodes) {
+      reward_values.push_back(static_cast<float>(e->reward));
+      group_values.push_back(static_cast<std::int64_t>(e->group_id));
+      FamilyScore& family = st.by_family[e->task.family];
+      ++family.episodes;
+      family.successes += e->success;
+      family.reward += e->reward;
+      st.reward_mean += e->reward / static_cast<double>(n);
+    }
+    const torch::Tensor rewards = torch::tensor(reward_values);
+    const torch::Tensor groups = torch::tensor(group_values);
+    torch::Tensor kept = torch::ones({n}, torch::kBool);
+    if (config_.algo.drop_zero_variance_groups) {
+      const algo::GroupFilter filter = algo::filter_zero_variance_groups(rewards, groups);
+      kept = filter.kept;
+      st.zero_variance_groups = filter.dropped_groups;
+    }
+    torch::Tensor advantages;
+    switch (config_.algo.advantage) {
+      case config::AdvantageEstimator::Grpo: advantages = algo::grpo_advantages(rewards, groups); break;
+      case config::AdvantageEstimator::DrGrpo: advantages = algo::dr_grpo_advantages(rewards, groups); break;
+      case config::AdvantageEstimator::Rloo: advantages = algo::rloo_advantages(rewards, groups); break;
+    }
+    const torch::Tensor token_mask =
+        batch.loss_mask * algo::broadcast_to_tokens(kept.to(torch::kFloat32), batch.sequence_index);
+    local_tokens = token_mask.sum().item<double>();
+    st.generated_tokens = batch.generated_tokens;
+    st.tokens = batch.targets.size(0);
+    // Staleness of the generated tokens, in policy versions.
+    const torch::Tensor generated = batch.loss_mask > 0;
+    if (generated.any().item<bool>()) {
+      const torch::Tensor lag = (version_ - batch.versions.masked_select(generated)).to(torch::kFloat64);
+      st.staleness_mean = lag.mean().item<double>();
+      st.staleness_max = lag.max().item<std::int64_t>();
+    }
+    if (local_tokens > 0) {
+      algo::PolicyLossInputs inputs;
+      inputs.logp_new = logp;
+      inputs.logp_behaviour = batch.behaviour_logprobs;
+      inputs.advantages = algo::broadcast_to_tokens(advantages, batch.sequence_index);
+      inputs.loss_mask = token_mask;
+      inputs.sequence_index = batch.sequence_index;
+      inputs.num_sequences = n;
+      const algo::LossResult result =
+          algo::policy_loss(inputs, loss_options(config_.algo, config_.rollout.max_tokens_per_episode));
+      torch::Tensor loss = result.loss;
+      if (out.aux_loss.defined()) loss = loss + out.aux_loss;
+      loss.backward();
+      st.loss = result.policy_loss;
+      st.importance_weight_mean = result.importance_weight_mean;
+      st.behaviour_gap = result.behaviour_proximal_gap;
+      st.clip_fraction = result.clip_fraction_low + result.clip_fraction_high;
+    }
+  }
+  // Every learner joins the all-reduce, with or without data.
+  double all_tokens = local_tokens;
+  if (learners_ > 1) learner_comm_.allreduce_sum(&all_tokens, 1, comm::DataType::Float64, config_.cluster.message_timeout_s);
+  allreduce_gradients();
+  if (all_tokens > 0) {
+    if (config_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(policy_->parameters(), config_.optim.grad_clip);
+    for (auto& group : optimizer_->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate(step_));
+    optimizer_->step();
+    st.updated = true;
+  }
+  st.update_s = now_s() - started;
+  return st;
+}
+
+void Learner::publish_weights() {
+  if (!publisher_) return;
+  const double started = now_s();
+  serve_while([&] { return publisher_->in_flight() && !publisher_->progress(); });
+  publisher_->publish(version_);
+  last_sync_s_ = now_s() - started;
+  telemetry::metrics().record("sync.publish_s", last_sync_s_);
+  telemetry::metrics().add("sync.bytes", static_cast<double>(publisher_->last().bytes));
+}
+
+void Learner::report(const StepStats& st, double elapsed_s) {
+  if (!world_.is_coordinator()) return;
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(2) << "step " << st.step + 1 << "/" << config_.optim.total_steps << " v"
+       << version_ << " | reward " << st.reward_mean << " | success";
+  for (const auto& [family, score] : st.by_family)
+    line << " " << family << " " << std::setprecision(0) << 100 * score.success_rate() << "%";
+  const double per_step = elapsed_s / static_cast<double>(st.step + 1);
+  line << std::setprecision(0) << " | " << st.generated_tokens / std::max(1e-9, per_step) << " gen tok/s"
+       << std::setprecision(2) << " | staleness " << st.staleness_mean << " (max " << st.staleness_max << ")"
+       << " | sync " << std::setprecision(1) << 1e3 * last_sync_s_ << " ms | loss " << std::setprecision(4) << st.loss
+       << " | eta " << format_duration(per_step * static_cast<double>(config_.optim.total_steps - st.step - 1));
+  if (st.dropped_groups) line << " | dropped " << st.dropped_groups << " stale groups";
+  std::printf("%s\n", line.str().c_str());
+  std::fflush(stdout);
+  auto& m = telemetry::metrics();
+  m.set("learner.reward_mean", st.reward_mean);
+  m.set("learner.staleness_mean", st.staleness_mean);
+  m.add("learner.dropped_groups", static_cast<double>(st.dropped_groups));
+  m.add("learner.generated_tokens", static_cast<double>(st.generated_tokens));
+  m.record("learner.update_s", st.update_s);
+}
+
+void Learner::run(runtime::StopCoordinator& stop) {
+  const double started = now_s();
+  if (coordinator_) {
+    std::printf("evaluating the base policy on %lld held-out episodes per family...\n",
+                static_cast<long long>(config_.rollout.eval_episodes));
+    std::fflush(stdout);
+    serve_while([&] { return coordinator_->phase() == TaskCoordinator::Phase::EvalBefore && !stop.should_stop(); });
+  }
+  const double training_started = now_s();
+  while (step_ < config_.optim.total_steps && !stop.should_stop()) {
+    std::int64_t dropped = 0, taken = 0;
+    std::vector<const rollout::Trajectory*> batch;
+    serve_while([&] {
+      if (stop.should_stop()) return false;
+      batch = take_ready_groups(dropped, taken);
+      return batch.empty() && taken + dropped == 0;
+    });
+    if (stop.should_stop()) break;
+    StepStats stats = update(batch);
+    stats.dropped_groups = dropped;
+    double counts[2] = {static_cast<double>(taken), static_cast<double>(dropped)};
+    if (learners_ > 1) learner_comm_.allreduce_sum(counts, 2, comm::DataType::Float64, config_.cluster.message_timeout_s);
+    ++step_;
+    ++version_;
+    const bool done = step_ >= config_.optim.total_steps;
+    if (coordinator_)
+      coordinator_->on_step(static_cast<std::int64_t>(counts[0]), static_cast<std::int64_t>(counts[1]), version_, done);
+    if (step_ % config_.sync.interval == 0 || done) publish_weights();
+    report(stats, now_s() - training_started);
+  }
+  if (!coordinator_) return;
+  std::printf("evaluating the trained policy (version %lld)...\n", static_cast<long long>(version_));
+  std::fflush(stdout);
+  serve_while([&] { return coordinator_->phase() != TaskCoordinator::Phase::Done && !stop.should_stop(); });
+  coordinator_->finish_actors();
+  serve_while([&] { return publisher_->in_flight() && !publisher_->progress(); });
+  publisher_->close();
+  const double wall = now_s() - started;
+  std::printf("\n%s", coordinator_->evaluation_table().c_str());
+  const std::string summary_path = config_.run_directory() + "/summary.json";
+  std::ofstream(summary_path) << coordinator_->summary_json(step_, wall) << "\n";
+  std::printf("steps %lld, wall %.0f s; summary: %s\n", static_cast<long long>(step_), wall, summary_path.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace moerl::learner

@@ -1,0 +1,138 @@
+#include "moerl/learner/pretrain.h"
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "moerl/env/task_family.h"
+#include "moerl/env/task_mix.h"
+#include "moerl/model/tokenizer.h"
+
+namespace moerl::learner {
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Demonstration seeds: a range that neither RL training nor evaluation uses.
+constexpr std::uint64_t kDemoSeedBase = 1ull << 41;
+
+model::RenderedChat demonstration(const config::Config& config, std::uint64_t index) {
+  const std::string family = env::pick_family(config, mix(index + 17));
+  MOERL_CHECK(family != "external", "pretraining needs built-in families (the external family has no local expert)");
+  const env::TaskSpec task = env::make_task(config, family, kDemoSeedBase + index);
+  auto session = env::make_builtin_environment(family);
+  std::vector<model::ChatMessage> messages;
+  messages.push_back({model::Role::RoleUser, session->open(task)});
+  for (std::uint64_t turn = 0; !session->done(); ++turn) {
+    const std::string action = session->expert_action(config.pretrain.expert_error_rate, mix(index * 1000 + turn));
+    messages.push_back({model::Role::RoleAssistant, action});
+    const env::StepResult result = session->step(action);
+    if (!result.done) messages.push_back({model::Role::RoleUser, result.observation});
+  }
+  return model::render_chat(messages);
+}
+
+}  // namespace
+
+std::string base_policy_path(const config::Config& config) {
+  return config.pretrain.output.empty() ? config.run_directory() + "/base.pt" : config.pretrain.output;
+}
+
+PretrainReport pretrain(const config::Config& config, model::Policy policy, int log_every) {
+  const auto started = std::chrono::steady_clock::now();
+  PretrainReport report;
+  std::vector<model::RenderedChat> demos;
+  const std::int64_t budget = config.rollout.max_tokens_per_episode;
+  for (std::int64_t i = 0; i < config.pretrain.episodes; ++i) {
+    model::RenderedChat chat = demonstration(config, static_cast<std::uint64_t>(i));
+    if (static_cast<std::int64_t>(chat.tokens.size()) > budget) continue;  // the actors could not hold it either
+    report.tokens += static_cast<std::int64_t>(chat.tokens.size());
+    demos.push_back(std::move(chat));
+  }
+  MOERL_CHECK(!demos.empty(), "no demonstration fits [rollout] max_tokens_per_episode = " + std::to_string(budget));
+  report.episodes = static_cast<int>(demos.size());
+  std::printf("pretrain: %d expert demonstrations (%lld tokens, error rate %.2f)\n", report.episodes,
+              static_cast<long long>(report.tokens), config.pretrain.expert_error_rate);
+
+  torch::optim::AdamW optimizer(policy->parameters(), torch::optim::AdamWOptions(config.pretrain.lr).betas({0.9, 0.95}));
+  policy->train();
+  const auto batch = static_cast<size_t>(config.pretrain.batch_episodes);
+  size_t cursor = 0;
+  double recent_loss = 0, recent_accuracy = 0;
+  int recent = 0;
+  for (std::int64_t step = 0; step < config.pretrain.steps; ++step) {
+    std::vector<const model::RenderedChat*> chosen;
+    for (size_t i = 0; i < batch; ++i) chosen.push_back(&demos[(cursor + i) % demos.size()]);
+    cursor = (cursor + batch) % demos.size();
+    std::int64_t longest = 0;
+    for (const auto* c : chosen) longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(c->tokens.size()) - 1);
+    const auto b = static_cast<std::int64_t>(chosen.size());
+    torch::Tensor inputs = torch::full({b, longest}, model::SpecialTokens::kPad, torch::kInt64);
+    torch::Tensor lengths = torch::empty({b}, torch::kInt64);
+    std::vector<std::int64_t> targets;
+    std::vector<float> mask;
+    for (std::int64_t e = 0; e < b; ++e) {
+      const auto& c = *chosen[static_cast<size_t>(e)];
+      const auto fed = static_cast<std::int64_t>(c.tokens.size()) - 1;
+      lengths[e] = fed;
+      inputs[e].narrow(0, 0, fed).copy_(torch::tensor(std::vector<std::int64_t>(c.tokens.begin(), c.tokens.end() - 1)));
+      for (std::int64_t i = 1; i <= fed; ++i) {
+        targets.push_back(c.tokens[static_cast<size_t>(i)]);
+        mask.push_back(c.assistant_mask[static_cast<size_t>(i)] ? 1.f : 0.f);
+      }
+    }
+    const torch::Tensor target = torch::tensor(targets);
+    const torch::Tensor weight = torch::tensor(mask);
+    model::PolicyOutput out = policy->forward(inputs, lengths);
+    const torch::Tensor logp = torch::log_softmax(out.logits, -1);
+    const torch::Tensor token_loss = -logp.gather(1, target.unsqueeze(1)).squeeze(1);
+    const torch::Tensor loss = (token_loss * weight).sum() / weight.sum().clamp_min(1) +
+                               (out.aux_loss.defined() ? out.aux_loss : torch::zeros({}));
+    optimizer.zero_grad();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(policy->parameters(), 1.0);
+    optimizer.step();
+
+    const double loss_value = loss.item<double>();
+    const double accuracy =
+        ((logp.argmax(1) == target).to(torch::kFloat32) * weight).sum().item<double>() / std::max(1.0, weight.sum().item<double>());
+    if (step == 0) report.first_loss = loss_value;
+    recent_loss += loss_value;
+    recent_accuracy += accuracy;
+    ++recent;
+    if ((step + 1) % log_every == 0 || step + 1 == config.pretrain.steps) {
+      report.final_loss = recent_loss / recent;
+      report.final_accuracy = recent_accuracy / recent;
+      std::printf("pretrain step %lld/%lld: loss %.3f, action-token accuracy %.1f%%\n", static_cast<long long>(step + 1),
+                  static_cast<long long>(config.pretrain.steps), report.final_loss, 100 * report.final_accuracy);
+      std::fflush(stdout);
+      recent_loss = recent_accuracy = 0;
+      recent = 0;
+    }
+  }
+  report.steps = config.pretrain.steps;
+  report.path = base_policy_path(config);
+  const auto parent = std::filesystem::path(report.path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent);
+  torch::save(policy, report.path);
+  report.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return report;
+}
+
+void load_policy(model::Policy policy, const std::string& path) {
+  if (!std::filesystem::exists(path))
+    throw Error("base policy '" + path + "' does not exist (run `moerl pretrain` first, or drop --init)");
+  try {
+    torch::load(policy, path);
+  } catch (const c10::Error& error) {
+    throw Error("cannot load policy weights from '" + path + "': " + error.what_without_backtrace() +
+                " (was it saved with another [model]/[moe] configuration?)");
+  }
+}
+
+}  // namespace moerl::learner

@@ -1,0 +1,109 @@
+#include "moerl/learner/roles.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+
+#include "moerl/comm/mpi_communicator.h"
+#include "moerl/env/env_worker.h"
+#include "moerl/learner/learner.h"
+#include "moerl/learner/pretrain.h"
+#include "moerl/model/param_report.h"
+#include "moerl/rollout/actor.h"
+#include "moerl/sync/module_weights.h"
+
+namespace moerl::learner {
+namespace {
+
+// Every rank builds the same initial policy: same seed, or the same file.
+model::Policy make_policy(const config::Config& config, const std::string& init_path) {
+  torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
+  model::Policy policy(config.model, config.moe);
+  if (!init_path.empty()) load_policy(policy, init_path);
+  return policy;
+}
+
+// After a role's own work, wait for learner 0's Stop so that every rank
+// leaves together (a bounded wait: a lost learner 0 must not hang us).
+void wait_for_stop(runtime::StopCoordinator& stop, double timeout_s, const std::string& who) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!stop.should_stop()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      throw runtime::TimeoutError(who + ": learner 0 did not end the job within " + std::to_string(timeout_s) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+}  // namespace
+
+int run_role(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
+             runtime::StopCoordinator& stop, const std::string& init_path) {
+  const double final_wait_s = 20 * config.cluster.message_timeout_s;
+  switch (world.role()) {
+    case runtime::Role::EnvWorker: {
+      env::SessionHost host(env::session_host_options(config, world.compute_threads()));
+      env::EnvWorkerService service(host, mailbox);
+      service.serve([&] { return stop.should_stop(); });
+      return 0;
+    }
+    case runtime::Role::Actor: {
+      model::Policy policy = make_policy(config, init_path);
+      policy->eval();
+      torch::NoGradGuard no_grad;
+      comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
+      rollout::Actor actor(config, world, mailbox, policy, sync_comm);
+      actor.run(stop);
+      wait_for_stop(stop, final_wait_s, world.role_label());
+      return 0;
+    }
+    case runtime::Role::StandbyActor: {
+      // Keeps current weights (so it could take over an actor's sessions) and
+      // the sync collectives matched.
+      model::Policy policy = make_policy(config, init_path);
+      comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
+      sync::SyncOptions options;
+      options.bucket_bytes = static_cast<size_t>(config.sync.bucket_mb) << 20;
+      options.timeout_s = config.cluster.message_timeout_s;
+      sync::WeightReceiver receiver(sync_comm, sync::module_weight_views(*policy), options);
+      while (!receiver.closed() && !stop.should_stop()) {
+        if (receiver.poll()) receiver.apply();
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      wait_for_stop(stop, final_wait_s, world.role_label());
+      return 0;
+    }
+    case runtime::Role::Learner: {
+      model::Policy policy = make_policy(config, init_path);
+      if (world.is_coordinator()) {
+        const model::ParameterReport params = model::parameter_report(*policy);
+        std::printf("%s\n", params.format().c_str());
+      }
+      comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
+      std::unique_ptr<comm::MpiCommunicator> sync_comm;
+      if (world.is_coordinator()) sync_comm = std::make_unique<comm::MpiCommunicator>(world.sync_comm(), "weight-sync group");
+      Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get());
+      learner.run(stop);
+      if (world.is_coordinator()) {
+        stop.request_stop("training complete");
+      } else {
+        wait_for_stop(stop, final_wait_s, world.role_label());
+      }
+      return 0;
+    }
+  }
+  return 1;
+}
+
+int run_pretrain_command(const config::Config& config) {
+  torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
+  model::Policy policy(config.model, config.moe);
+  std::printf("%s\n", model::parameter_report(*policy).format().c_str());
+  const PretrainReport report = pretrain(config, policy);
+  std::printf("pretrain: %lld steps in %.0f s, loss %.3f -> %.3f, action-token accuracy %.1f%%; saved %s\n",
+              static_cast<long long>(report.steps), report.wall_s, report.first_loss, report.final_loss,
+              100 * report.final_accuracy, report.path.c_str());
+  return 0;
+}
+
+}  // namespace moerl::learner

@@ -1,0 +1,239 @@
+#include "moerl/rollout/actor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <thread>
+
+#include "moerl/model/tokenizer.h"
+#include "moerl/sync/module_weights.h"
+#include "moerl/telemetry/metrics.h"
+
+namespace moerl::rollout {
+namespace {
+
+using Tok = model::SpecialTokens;
+
+sync::SyncOptions sync_options(const config::Config& config) {
+  sync::SyncOptions options;
+  options.bucket_bytes = static_cast<size_t>(config.sync.bucket_mb) << 20;
+  options.timeout_s = config.cluster.message_timeout_s;
+  return options;
+}
+
+EngineOptions engine_options(const config::Config& config) {
+  EngineOptions options;
+  options.context_budget = config.rollout.max_tokens_per_episode;
+  // The learner recomputes log-probs over exactly the tokens the actor fed:
+  // truncating old turns would make those differ, so a full context ends the
+  // episode (flagged) instead.
+  options.context_policy = ContextPolicy::ContextEndEpisode;
+  return options;
+}
+
+std::vector<int> env_worker_ranks(const runtime::World& world) { return world.layout().ranks_of(runtime::Role::EnvWorker); }
+
+// Sessions of different actors never share an id: the actor's rank in the high bits.
+std::uint64_t episode_id(int rank, std::uint64_t counter) { return (static_cast<std::uint64_t>(rank) << 40) | counter; }
+
+}  // namespace
+
+Actor::Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
+             comm::Communicator& sync_comm)
+    : config_(config),
+      world_(world),
+      mailbox_(mailbox),
+      engine_(policy, engine_options(config)),
+      env_(mailbox, env_worker_ranks(world)),
+      receiver_(sync_comm, sync::module_weight_views(*policy), sync_options(config)) {
+  moe_layers_ = policy->num_moe_layers();
+  top_k_ = config.moe.enabled ? config.moe.top_k : 0;
+  MOERL_CHECK(!config.moe.enabled || config.moe.num_experts <= 256,
+              "trajectories store expert indices as bytes: [moe] num_experts must be <= 256");
+  engine_.set_policy_version(0);
+}
+
+int Actor::free_slots() const {
+  int waiting = 0;
+  for (const TaskGroup& g : waiting_groups_) waiting += g.size;
+  return static_cast<int>(config_.rollout.sessions_per_actor) - static_cast<int>(episodes_.size()) - waiting;
+}
+
+void Actor::request_work() {
+  if (finished_ || work_requested_ || free_slots() < config_.rollout.group_size) return;
+  mailbox_.send(runtime::RankLayout::kCoordinatorRank, WorkRequest{free_slots()});
+  work_requested_ = true;
+}
+
+void Actor::take_assignment(const TaskAssignment& assignment) {
+  work_requested_ = false;
+  if (assignment.finished) finished_ = true;
+  for (const TaskGroup& group : assignment.groups) waiting_groups_.push_back(group);
+  start_waiting_groups();
+}
+
+void Actor::start_waiting_groups() {
+  // Groups that need newer weights (synchronous mode, final evaluation) wait
+  // for them; the rest start at once, in order.
+  while (!waiting_groups_.empty() && waiting_groups_.front().min_version <= engine_.policy_version()) {
+    const TaskGroup group = waiting_groups_.front();
+    waiting_groups_.pop_front();
+    for (int k = 0; k < group.size; ++k) {
+      Episode episode;
+      episode.group = group;
+      episode.id = episode_id(world_.rank(), next_episode_++);
+      episode.started = std::chrono::steady_clock::now();
+      Trajectory& t = episode.trajectory;
+      t.episode_id = episode.id;
+      t.group_id = group.group_id;
+      t.actor = world_.role_index();
+      t.task = group.task;
+      t.evaluation = group.evaluation;
+      t.moe_layers = static_cast<std::int32_t>(moe_layers_);
+      t.top_k = static_cast<std::int32_t>(top_k_);
+      env_.open(episode.id, group.task);
+      episodes_.emplace(episode.id, std::move(episode));
+    }
+  }
+}
+
+void Actor::prompt_turn(Episode& episode, const std::string& observation, bool first) {
+  std::vector<std::int64_t> prompt;
+  if (first) prompt.push_back(Tok::kBos);
+  // A turn cut off by max_tokens_per_turn is closed here, as a fed token.
+  if (episode.needs_end_of_turn) prompt.push_back(Tok::kEndOfTurn);
+  episode.needs_end_of_turn = false;
+  prompt.push_back(Tok::kUser);
+  for (unsigned char c : observation) prompt.push_back(c);
+  prompt.push_back(Tok::kEndOfTurn);
+  prompt.push_back(Tok::kAssistant);
+  Trajectory& t = episode.trajectory;
+  for (std::int64_t token : prompt) {
+    t.tokens.push_back(static_cast<std::int32_t>(token));
+    t.generated.push_back(0);
+    t.behaviour_logprobs.push_back(0.f);
+    t.versions.push_back(-1);
+  }
+  if (first) engine_.add_session(episode.id, episode.id ^ static_cast<std::uint64_t>(config_.run.seed) * 0x9E3779B97F4A7C15ull);
+  engine_.append_prompt(episode.id, prompt);
+  SamplingParams sampling;
+  sampling.greedy = episode.group.evaluation || config_.rollout.temperature == 0;
+  sampling.temperature = config_.rollout.temperature > 0 ? config_.rollout.temperature : 1.0;
+  sampling.top_p = config_.rollout.top_p;
+  sampling.top_k = config_.rollout.top_k;
+  StopParams stop;
+  stop.max_turn_tokens = config_.rollout.max_tokens_per_turn;
+  engine_.start_turn(episode.id, sampling, stop);
+  episode.waiting_env = false;
+}
+
+void Actor::on_env_reply(const env::EnvReply& reply) {
+  if (reply.kind == env::RequestKind::Close) return;
+  auto it = episodes_.find(reply.session);
+  if (it == episodes_.end()) return;  // an episode already finished (e.g. its env failed)
+  Episode& episode = it->second;
+  if (!reply.ok) {
+    telemetry::metrics().add("actor.env_failures");
+    finish(episode, reply.error);
+    return;
+  }
+  if (reply.kind == env::RequestKind::Step) {
+    episode.trajectory.turn_rewards.push_back(static_cast<float>(reply.reward));
+    episode.trajectory.reward += reply.reward;
+    episode.trajectory.success = reply.success;
+    if (reply.done) {
+      finish(episode, "");
+      return;
+    }
+  }
+  prompt_turn(episode, reply.observation, reply.kind == env::RequestKind::Open);
+}
+
+void Actor::on_turn(std::uint64_t id) {
+  Episode& episode = episodes_.at(id);
+  GeneratedTurn turn = engine_.take_turn(id);
+  Trajectory& t = episode.trajectory;
+  std::string action;
+  for (size_t i = 0; i < turn.tokens.size(); ++i) {
+    t.tokens.push_back(static_cast<std::int32_t>(turn.tokens[i]));
+    t.generated.push_back(1);
+    t.behaviour_logprobs.push_back(turn.logprobs[i]);
+    t.versions.push_back(static_cast<std::int32_t>(turn.policy_versions[i]));
+    if (turn.tokens[i] < 256) action.push_back(static_cast<char>(turn.tokens[i]));
+  }
+  telemetry::metrics().add("rollout.generated_tokens", static_cast<double>(turn.tokens.size()));
+  if (turn.episode_over) {
+    t.truncated = true;
+    finish(episode, "");
+    return;
+  }
+  // The environment sees the action without the end-of-turn marker.
+  episode.needs_end_of_turn = turn.tokens.empty() || turn.tokens.back() != Tok::kEndOfTurn;
+  episode.waiting_env = true;
+  env_.step(id, action);
+}
+
+void Actor::finish(Episode& episode, const std::string& error) {
+  Trajectory& t = episode.trajectory;
+  t.error = error;
+  t.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - episode.started).count();
+  if (engine_.has_session(episode.id)) {
+    if (moe_layers_ > 0 && error.empty()) {
+      const torch::Tensor routing = engine_.context_routing(episode.id);  // [fed, layers, k]
+      if (routing.size(0) == static_cast<std::int64_t>(t.tokens.size()) - 1) {
+        const torch::Tensor bytes = routing.to(torch::kUInt8).contiguous();
+        t.routing.assign(bytes.data_ptr<std::uint8_t>(), bytes.data_ptr<std::uint8_t>() + bytes.numel());
+      } else {
+        telemetry::metrics().add("actor.routing_mismatch");  // the learner routes itself for this one
+        t.moe_layers = t.top_k = 0;
+      }
+    }
+    engine_.remove_session(episode.id);
+  } else {
+    t.moe_layers = t.top_k = 0;
+  }
+  env_.close(episode.id);
+  const int learner = static_cast<int>(t.group_id % static_cast<std::uint64_t>(world_.layout().count(runtime::Role::Learner)));
+  // Evaluation episodes go to learner 0, which keeps the before/after table.
+  mailbox_.send(t.evaluation ? runtime::RankLayout::kCoordinatorRank : learner, t);
+  telemetry::metrics().add(t.evaluation ? "actor.eval_episodes" : "actor.episodes");
+  episodes_.erase(episode.id);
+}
+
+void Actor::apply_new_weights() {
+  if (!receiver_.poll()) return;
+  const std::int64_t version = receiver_.apply();
+  engine_.set_policy_version(version);
+  start_waiting_groups();
+  telemetry::metrics().set("actor.policy_version", static_cast<double>(version));
+  telemetry::metrics().record("sync.receive_s", receiver_.last().seconds);
+}
+
+void Actor::run(runtime::StopCoordinator& stop) {
+  spdlog::info("actor {}: up to {} episodes at once", world_.role_index(), config_.rollout.sessions_per_actor);
+  while (!stop.should_stop()) {
+    apply_new_weights();
+    request_work();
+    if (auto assignment = mailbox_.try_receive<TaskAssignment>(runtime::RankLayout::kCoordinatorRank))
+      take_assignment(assignment->second);
+    while (auto reply = env_.poll()) on_env_reply(*reply);
+    if (engine_.has_work()) {
+      for (std::uint64_t id : engine_.step()) on_turn(id);
+    } else if (finished_ && episodes_.empty() && waiting_groups_.empty()) {
+      break;
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    telemetry::metrics().set("rollout.sessions_waiting_env",
+                             static_cast<double>(std::count_if(episodes_.begin(), episodes_.end(),
+                                                               [](const auto& e) { return e.second.waiting_env; })));
+  }
+  // Keep the weight-sync collectives matched until learner 0 closes them.
+  while (!receiver_.closed() && !stop.should_stop()) {
+    receiver_.poll();
+    if (receiver_.ready_version() > receiver_.current_version()) receiver_.apply();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  spdlog::info("actor {}: done at policy version {}", world_.role_index(), receiver_.current_version());
+}
+
+}  // namespace moerl::rollout

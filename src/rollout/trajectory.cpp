@@ -1,0 +1,119 @@
+#include "moerl/rollout/trajectory.h"
+
+#include <algorithm>
+
+namespace moerl::rollout {
+namespace {
+
+void put_task(runtime::ByteWriter& w, const env::TaskSpec& t) {
+  w.put_string(t.family);
+  w.put<std::int32_t>(t.difficulty);
+  w.put(t.seed);
+  w.put<std::uint8_t>(t.shaping == env::RewardShaping::Shaped);
+  w.put<std::int32_t>(t.max_turns);
+}
+
+env::TaskSpec get_task(runtime::ByteReader& r) {
+  env::TaskSpec t;
+  t.family = r.get_string();
+  t.difficulty = r.get<std::int32_t>();
+  t.seed = r.get<std::uint64_t>();
+  t.shaping = r.get<std::uint8_t>() ? env::RewardShaping::Shaped : env::RewardShaping::Sparse;
+  t.max_turns = r.get<std::int32_t>();
+  return t;
+}
+
+}  // namespace
+
+void WorkRequest::encode(runtime::ByteWriter& w) const { w.put(free_slots); }
+WorkRequest WorkRequest::decode(runtime::ByteReader& r) { return {r.get<std::int32_t>()}; }
+
+void TaskAssignment::encode(runtime::ByteWriter& w) const {
+  w.put<std::uint8_t>(finished);
+  w.put<std::uint64_t>(groups.size());
+  for (const TaskGroup& g : groups) {
+    w.put(g.group_id);
+    put_task(w, g.task);
+    w.put(g.size);
+    w.put<std::uint8_t>(g.evaluation);
+    w.put(g.min_version);
+  }
+}
+
+TaskAssignment TaskAssignment::decode(runtime::ByteReader& r) {
+  TaskAssignment m;
+  m.finished = r.get<std::uint8_t>() != 0;
+  const auto count = r.get<std::uint64_t>();
+  if (count > r.remaining()) throw runtime::WireError("task group count exceeds the payload");
+  for (std::uint64_t i = 0; i < count; ++i) {
+    TaskGroup g;
+    g.group_id = r.get<std::uint64_t>();
+    g.task = get_task(r);
+    g.size = r.get<std::int32_t>();
+    g.evaluation = r.get<std::uint8_t>() != 0;
+    g.min_version = r.get<std::int64_t>();
+    if (g.size < 1 || g.size > 4096) throw runtime::WireError("task group size " + std::to_string(g.size));
+    m.groups.push_back(std::move(g));
+  }
+  return m;
+}
+
+std::int32_t Trajectory::min_version() const {
+  std::int32_t oldest = -1;
+  for (size_t i = 0; i < versions.size(); ++i)
+    if (generated[i] && (oldest < 0 || versions[i] < oldest)) oldest = versions[i];
+  return oldest;
+}
+
+void Trajectory::encode(runtime::ByteWriter& w) const {
+  w.put(episode_id);
+  w.put(group_id);
+  w.put(actor);
+  put_task(w, task);
+  w.put<std::uint8_t>(evaluation);
+  w.put_vector(tokens);
+  w.put_vector(generated);
+  w.put_vector(behaviour_logprobs);
+  w.put_vector(versions);
+  w.put_vector(routing);
+  w.put(moe_layers);
+  w.put(top_k);
+  w.put_vector(turn_rewards);
+  w.put(reward);
+  w.put<std::uint8_t>(success);
+  w.put<std::uint8_t>(truncated);
+  w.put_string(error);
+  w.put(wall_s);
+}
+
+Trajectory Trajectory::decode(runtime::ByteReader& r) {
+  Trajectory t;
+  t.episode_id = r.get<std::uint64_t>();
+  t.group_id = r.get<std::uint64_t>();
+  t.actor = r.get<std::int32_t>();
+  t.task = get_task(r);
+  t.evaluation = r.get<std::uint8_t>() != 0;
+  t.tokens = r.get_vector<std::int32_t>();
+  t.generated = r.get_vector<std::uint8_t>();
+  t.behaviour_logprobs = r.get_vector<float>();
+  t.versions = r.get_vector<std::int32_t>();
+  t.routing = r.get_vector<std::uint8_t>();
+  t.moe_layers = r.get<std::int32_t>();
+  t.top_k = r.get<std::int32_t>();
+  t.turn_rewards = r.get_vector<float>();
+  t.reward = r.get<double>();
+  t.success = r.get<std::uint8_t>() != 0;
+  t.truncated = r.get<std::uint8_t>() != 0;
+  t.error = r.get_string();
+  t.wall_s = r.get<double>();
+  const size_t n = t.tokens.size();
+  if (t.generated.size() != n || t.behaviour_logprobs.size() != n || t.versions.size() != n)
+    throw runtime::WireError("trajectory arrays disagree in length (" + std::to_string(n) + " tokens)");
+  const size_t per_position = static_cast<size_t>(std::max(0, t.moe_layers)) * static_cast<size_t>(std::max(0, t.top_k));
+  if (per_position && n > 0 && t.routing.size() != (n - 1) * per_position)
+    throw runtime::WireError("trajectory routing holds " + std::to_string(t.routing.size()) + " entries, expected " +
+                             std::to_string((n - 1) * per_position));
+  return t;
+}
+
+}  // namespace moerl::rollout
