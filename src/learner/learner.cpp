@@ -13,6 +13,7 @@
 #include "moerl/algo/token_batch.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/sync/module_weights.h"
+#include "moerl/runtime/wire.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::learner {
@@ -259,6 +260,28 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   return st;
 }
 
+void Learner::check_learners_agree() {
+  // Data parallelism is only correct while every learner holds the same
+  // weights; a CRC of the parameter bytes, compared by min/max all-reduce,
+  // catches a divergence the step it happens.
+  if (learners_ == 1) return;
+  std::uint32_t crc = 0;
+  for (const auto& view : sync::module_weight_views(*policy_)) crc = runtime::crc32(view.data, view.bytes, crc);
+  double extremes[2] = {static_cast<double>(crc), -static_cast<double>(crc)};
+  // max(crc) and max(-crc) = -min(crc), in one all-reduce of two doubles via sums over one-hot slots.
+  std::vector<double> slots(2 * static_cast<size_t>(learners_), 0.0);
+  slots[2 * static_cast<size_t>(learner_comm_.rank())] = extremes[0];
+  slots[2 * static_cast<size_t>(learner_comm_.rank()) + 1] = extremes[1];
+  learner_comm_.allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);
+  for (int r = 1; r < learners_; ++r)
+    if (slots[2 * static_cast<size_t>(r)] != slots[0])
+      throw Error("learners diverged after step " + std::to_string(step_) + ": learner " + std::to_string(r) +
+                  " holds other weights than learner 0 (weights CRC " +
+                  std::to_string(static_cast<std::uint32_t>(slots[2 * static_cast<size_t>(r)])) + " vs " +
+                  std::to_string(static_cast<std::uint32_t>(slots[0])) + ")");
+  telemetry::metrics().set("learner.weights_crc", slots[0]);
+}
+
 void Learner::publish_weights() {
   if (!publisher_) return;
   const double started = now_s();
@@ -316,6 +339,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
     if (learners_ > 1) learner_comm_.allreduce_sum(counts, 2, comm::DataType::Float64, config_.cluster.message_timeout_s);
     ++step_;
     ++version_;
+    check_learners_agree();
     const bool done = step_ >= config_.optim.total_steps;
     if (coordinator_)
       coordinator_->on_step(static_cast<std::int64_t>(counts[0]), static_cast<std::int64_t>(counts[1]), version_, done);

@@ -191,6 +191,13 @@ void Actor::finish(Episode& episode, const std::string& error) {
   } else {
     t.moe_layers = t.top_k = 0;
   }
+  if (spdlog::should_log(spdlog::level::debug)) {
+    std::string text;
+    for (std::int32_t token : t.tokens)
+      text += token < 256 ? std::string(1, static_cast<char>(token)) : "<" + model::ByteTokenizer::special_name(token) + ">";
+    spdlog::debug("episode {} ({} seed {}, reward {}, {}): {}", t.episode_id, t.task.family, t.task.seed, t.reward,
+                  error.empty() ? "ok" : error, text);
+  }
   env_.close(episode.id);
   const int learner = static_cast<int>(t.group_id % static_cast<std::uint64_t>(world_.layout().count(runtime::Role::Learner)));
   // Evaluation episodes go to learner 0, which keeps the before/after table.

@@ -65,6 +65,7 @@ class Learner {
   std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken);
   void allreduce_gradients();
   void publish_weights();
+  void check_learners_agree();
   void serve_while(const std::function<bool()>& busy);
   double learning_rate(std::int64_t step) const;
   void report(const StepStats& stats, double elapsed_s);

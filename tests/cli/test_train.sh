@@ -1,0 +1,45 @@
+# The RL loop end to end under mpirun: 1 learner, 2 actors, 1 env worker on
+# a tiny model for a few steps. Every step is reported, weights versions reach
+# the actors, the before/after evaluation is written, and every rank exits 0.
+source "$(dirname "$0")/lib.sh" "$@"
+CONFIG="$SOURCE_DIR/configs/quickstart.toml"
+SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
+       --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
+       --set rollout.max_tokens_per_episode=256 --set rollout.eval_episodes=2 --set algo.groups_per_step=2
+       --set pretrain.episodes=40 --set pretrain.steps=5 --set pretrain.batch_episodes=4 --set cluster.message_timeout_s=30)
+
+timeout 300 "$MOERL" pretrain --config "$CONFIG" "${SMALL[@]}" >pretrain.txt 2>&1
+expect_status 0 $? "pretrain"
+expect_contains pretrain.txt "saved $WORK/runs/quickstart/base.pt" "pretrain saves the base"
+
+timeout 300 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=4 \
+  --init "$WORK/runs/quickstart/base.pt" >train.txt 2>&1
+expect_status 0 $? "train"
+for step in 1 2 3 4; do expect_contains train.txt "step $step/4 v$step |" "progress line of step $step"; done
+expect_contains train.txt "success before" "evaluation table"
+python3 - "$WORK/runs/quickstart/summary.json" <<'PY' || fail "summary.json"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["steps"] == 4, s
+for phase in ("before", "after"):
+    assert set(s[phase]) == {"lookup", "arithmetic", "maze"}, s[phase]
+    for family, score in s[phase].items():
+        assert score["episodes"] == 2 and 0 <= score["success"] <= 1, (phase, family, score)
+PY
+
+# Two data-parallel learners (they check after every step that their weights
+# agree; a divergence would stop the job) and asynchronous staleness 0: stale
+# groups are dropped and counted.
+timeout 300 "${MPIRUN[@]}" -np 5 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=3 \
+  --set cluster.learners=2 --set sync.max_staleness=0 --set algo.groups_per_step=2 --set run.name=two \
+  --init "$WORK/runs/quickstart/base.pt" >train2.txt 2>&1
+expect_status 0 $? "train with 2 learners"
+expect_contains train2.txt "step 3/3 v3 |" "2-learner progress"
+grep -q "dropped [0-9]* stale groups" train2.txt || echo "note: no group was stale in this run"
+
+# A wrong --init is refused before training, naming the file.
+timeout 120 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --init "$WORK/missing.pt" >bad.txt 2>&1
+status=$?
+[ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "missing --init: exit status $status"
+expect_contains bad.txt "missing.pt' does not exist" "missing --init named"
+finish
