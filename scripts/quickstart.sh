@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# The first command: set up, build, run the default job on this machine.
-# Until the RL loop lands this is the launch check (--dry-run): every role
-# starts, the ranks exchange messages, learner 0 prints the plan.
+# The first command: set up, build, then post-train a small MoE policy on this
+# machine: pretrain a base on scripted-expert demonstrations, run RL with
+# learners, actors and env workers under mpirun, and print the before/after
+# evaluation on held-out seeds (also <run dir>/summary.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh --target moerl
 CONFIG="${1:-configs/quickstart.toml}"
-RANKS=$(build/moerl config show "$CONFIG" | awk -F' *= *' '
+shift || true
+RUN_DIR=$(build/moerl config show "$CONFIG" "$@" | awk -F' *= *' '
+  /^\[run\]/ {r=1; next} /^\[/ {r=0}
+  r && $1 == "name" {gsub(/"/, "", $2); name=$2} r && $1 == "output_dir" {gsub(/"/, "", $2); dir=$2}
+  END {print dir "/" name}')
+RANKS=$(build/moerl config show "$CONFIG" "$@" | awk -F' *= *' '
   /^\[cluster\]/ {c=1; next} /^\[/ {c=0}
   c && $1 ~ /^(learners|actors|env_workers|standby_actors)$/ {n += $2} END {print n}')
+start=$(date +%s)
+
+echo "== 1/2 pretraining the base policy on expert demonstrations"
+build/moerl pretrain --config "$CONFIG" "$@"
+
+echo "== 2/2 RL post-training: mpirun -np $RANKS (learners, actors, env workers)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # One compute thread per rank: ranks outnumber this machine's cores.
 export OMP_NUM_THREADS=1 MOERL_THREADS_PER_RANK=1
-echo "quickstart: mpirun -np $RANKS build/moerl train --config $CONFIG --dry-run"
-mpirun -np "$RANKS" --oversubscribe build/moerl train --config "$CONFIG" --dry-run
+mpirun -np "$RANKS" --oversubscribe build/moerl train --config "$CONFIG" "$@" --init "$RUN_DIR/base.pt"
+echo "quickstart: done in $(( $(date +%s) - start )) s; results in $RUN_DIR (summary.json, metrics)"

@@ -303,6 +303,7 @@ void Learner::report(const StepStats& st, double elapsed_s) {
   line << std::setprecision(0) << " | " << st.generated_tokens / std::max(1e-9, per_step) << " gen tok/s"
        << std::setprecision(2) << " | staleness " << st.staleness_mean << " (max " << st.staleness_max << ")"
        << " | sync " << std::setprecision(1) << 1e3 * last_sync_s_ << " ms | loss " << std::setprecision(4) << st.loss
+       << " | |logp gap| " << std::setprecision(3) << st.behaviour_gap << " iw " << st.importance_weight_mean
        << " | eta " << format_duration(per_step * static_cast<double>(config_.optim.total_steps - st.step - 1));
   if (st.dropped_groups) line << " | dropped " << st.dropped_groups << " stale groups";
   std::printf("%s\n", line.str().c_str());

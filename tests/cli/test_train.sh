@@ -22,7 +22,7 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 assert s["steps"] == 4, s
 for phase in ("before", "after"):
-    assert set(s[phase]) == {"lookup", "arithmetic", "maze"}, s[phase]
+    assert set(s[phase]) == {"arithmetic", "guess", "sort"}, s[phase]
     for family, score in s[phase].items():
         assert score["episodes"] == 2 and 0 <= score["success"] <= 1, (phase, family, score)
 PY
