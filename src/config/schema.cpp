@@ -300,6 +300,15 @@ SectionSpec algo_section() {
           "The learner replays the experts the actor routed to (gates recomputed).");
   b.field("groups_per_step", &AlgoSection::groups_per_step, "GRPO groups per learner step, over all learners.")
       .at_least(1);
+  b.field("overlong_cache_tokens", &AlgoSection::overlong_cache_tokens,
+          "Soft overlong penalty (DAPO): episodes whose generated tokens come within this many of "
+          "[rollout] max_tokens_per_episode lose reward linearly; 0 = off.")
+      .at_least(0);
+  b.field("overlong_factor", &AlgoSection::overlong_factor, "Overlong penalty at the budget.").at_least(0);
+  b.field("routing_check_interval", &AlgoSection::routing_check_interval,
+          "Steps between measurements of how often the learner's router would pick other experts "
+          "than the replayed ones (metric learner.router_disagreement); 0 = never.")
+      .at_least(0);
   return spec;
 }
 

@@ -70,6 +70,16 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
                      .betas(std::make_tuple(config.optim.beta1, config.optim.beta2))
                      .weight_decay(config.optim.weight_decay);
   optimizer_ = std::make_unique<torch::optim::AdamW>(policy_->parameters(), options);
+  if (config.algo.kl != config::KlMode::None) {
+    // The frozen reference: a copy of the starting weights.
+    reference_ = model::Policy(config.model, config.moe);
+    torch::NoGradGuard no_grad;
+    auto source = policy_->parameters();
+    auto target = reference_->parameters();
+    for (size_t i = 0; i < source.size(); ++i) target[i].copy_(source[i]);
+    reference_->eval();
+    for (auto& p : reference_->parameters()) p.set_requires_grad(false);
+  }
   if (world.is_coordinator()) {
     coordinator_ = std::make_unique<TaskCoordinator>(config, mailbox, learners_,
                                                      world.layout().ranks_of(runtime::Role::Actor));
@@ -175,6 +185,65 @@ void Learner::allreduce_gradients() {
   }
 }
 
+// Episode-level inputs of the loss: rewards (with the overlong penalty),
+// group-relative advantages and which episodes dynamic sampling keeps.
+struct Learner::EpisodeTargets {
+  torch::Tensor advantages;  // [N]
+  torch::Tensor kept;        // [N] float 0/1
+  double kept_sequences = 0;
+};
+
+Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st) {
+  const auto n = static_cast<std::int64_t>(episodes.size());
+  std::vector<float> reward_values, generated_lengths;
+  std::vector<std::int64_t> group_values;
+  for (const auto* e : episodes) {
+    reward_values.push_back(static_cast<float>(e->reward));
+    group_values.push_back(static_cast<std::int64_t>(e->group_id));
+    float generated = 0;
+    for (std::uint8_t g : e->generated) generated += g;
+    generated_lengths.push_back(generated);
+    FamilyScore& family = st.by_family[e->task.family];
+    ++family.episodes;
+    family.successes += e->success;
+    family.reward += e->reward;
+    st.reward_mean += e->reward / static_cast<double>(n);
+  }
+  torch::Tensor rewards = torch::tensor(reward_values);
+  if (config_.algo.overlong_cache_tokens > 0) {
+    algo::OverlongOptions overlong;
+    overlong.max_length = config_.rollout.max_tokens_per_episode;
+    overlong.cache_length = std::min(config_.algo.overlong_cache_tokens, config_.rollout.max_tokens_per_episode);
+    overlong.factor = config_.algo.overlong_factor;
+    rewards = rewards + algo::overlong_penalty(torch::tensor(generated_lengths), overlong).to(torch::kFloat32);
+  }
+  const torch::Tensor groups = torch::tensor(group_values);
+  EpisodeTargets targets;
+  targets.kept = torch::ones({n}, torch::kFloat32);
+  if (config_.algo.drop_zero_variance_groups) {
+    const algo::GroupFilter filter = algo::filter_zero_variance_groups(rewards, groups);
+    targets.kept = filter.kept.to(torch::kFloat32);
+    st.zero_variance_groups = filter.dropped_groups;
+  }
+  switch (config_.algo.advantage) {
+    case config::AdvantageEstimator::Grpo: targets.advantages = algo::grpo_advantages(rewards, groups); break;
+    case config::AdvantageEstimator::DrGrpo: targets.advantages = algo::dr_grpo_advantages(rewards, groups); break;
+    case config::AdvantageEstimator::Rloo: targets.advantages = algo::rloo_advantages(rewards, groups); break;
+  }
+  targets.kept_sequences = targets.kept.sum().item<double>();
+  return targets;
+}
+
+// How often the learner's own router would have picked other experts than the
+// replayed ones (fraction of token-layer pairs whose top-k sets differ).
+double Learner::router_disagreement(const EpisodeBatch& batch) {
+  torch::NoGradGuard no_grad;
+  const model::PolicyOutput own = policy_->forward(batch.inputs, batch.lengths);
+  const torch::Tensor mine = std::get<0>(own.expert_indices.sort(-1));
+  const torch::Tensor replayed = std::get<0>(batch.forced_experts.sort(-1));
+  return (mine != replayed).any(-1).to(torch::kFloat64).mean().item<double>();
+}
+
 StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episodes) {
   const double started = now_s();
   StepStats st;
@@ -183,66 +252,73 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   optimizer_->zero_grad();
   double local_tokens = 0;
   if (!episodes.empty()) {
+    const EpisodeTargets targets = episode_targets(episodes, st);
     const bool replay = config_.algo.routing_replay && config_.moe.enabled;
-    EpisodeBatch batch = make_episode_batch(episodes, replay);
-    policy_->train();
-    model::PolicyOutput out = policy_->forward(batch.inputs, batch.lengths, batch.forced_experts);
-    torch::Tensor logp = target_logprobs(out.logits, batch.targets);
+    // Micro-batches ([optim] grad_accumulation) split the episodes; each
+    // chunk's loss is weighted by its share of the batch so the summed
+    // gradient equals that of one full-batch loss.
     const auto n = static_cast<std::int64_t>(episodes.size());
-    std::vector<float> reward_values;
-    std::vector<std::int64_t> group_values;
-    for (const auto* e : episodes) {
-      reward_values.push_back(static_cast<float>(e->reward));
-      group_values.push_back(static_cast<std::int64_t>(e->group_id));
-      FamilyScore& family = st.by_family[e->task.family];
-      ++family.episodes;
-      family.successes += e->success;
-      family.reward += e->reward;
-      st.reward_mean += e->reward / static_cast<double>(n);
+    const std::int64_t chunks = std::min<std::int64_t>(config_.optim.grad_accumulation, n);
+    const algo::PolicyLossOptions options = loss_options(config_.algo, config_.rollout.max_tokens_per_episode);
+    double total_counted = 0;
+    std::vector<EpisodeBatch> batches;
+    std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const std::int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
+      std::vector<const rollout::Trajectory*> part(episodes.begin() + begin, episodes.begin() + end);
+      batches.push_back(make_episode_batch(part, replay));
+      ranges.emplace_back(begin, end);
+      const EpisodeBatch& b = batches.back();
+      total_counted += (b.loss_mask * algo::broadcast_to_tokens(targets.kept.narrow(0, begin, end - begin), b.sequence_index))
+                           .sum()
+                           .item<double>();
     }
-    const torch::Tensor rewards = torch::tensor(reward_values);
-    const torch::Tensor groups = torch::tensor(group_values);
-    torch::Tensor kept = torch::ones({n}, torch::kBool);
-    if (config_.algo.drop_zero_variance_groups) {
-      const algo::GroupFilter filter = algo::filter_zero_variance_groups(rewards, groups);
-      kept = filter.kept;
-      st.zero_variance_groups = filter.dropped_groups;
-    }
-    torch::Tensor advantages;
-    switch (config_.algo.advantage) {
-      case config::AdvantageEstimator::Grpo: advantages = algo::grpo_advantages(rewards, groups); break;
-      case config::AdvantageEstimator::DrGrpo: advantages = algo::dr_grpo_advantages(rewards, groups); break;
-      case config::AdvantageEstimator::Rloo: advantages = algo::rloo_advantages(rewards, groups); break;
-    }
-    const torch::Tensor token_mask =
-        batch.loss_mask * algo::broadcast_to_tokens(kept.to(torch::kFloat32), batch.sequence_index);
-    local_tokens = token_mask.sum().item<double>();
-    st.generated_tokens = batch.generated_tokens;
-    st.tokens = batch.targets.size(0);
-    // Staleness of the generated tokens, in policy versions.
-    const torch::Tensor generated = batch.loss_mask > 0;
-    if (generated.any().item<bool>()) {
-      const torch::Tensor lag = (version_ - batch.versions.masked_select(generated)).to(torch::kFloat64);
-      st.staleness_mean = lag.mean().item<double>();
-      st.staleness_max = lag.max().item<std::int64_t>();
-    }
-    if (local_tokens > 0) {
+    local_tokens = total_counted;
+    policy_->train();
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const EpisodeBatch& batch = batches[static_cast<size_t>(c)];
+      const auto [begin, end] = ranges[static_cast<size_t>(c)];
+      const torch::Tensor kept = targets.kept.narrow(0, begin, end - begin);
+      const torch::Tensor advantages = targets.advantages.narrow(0, begin, end - begin);
+      const torch::Tensor token_mask = batch.loss_mask * algo::broadcast_to_tokens(kept, batch.sequence_index);
+      const double counted = token_mask.sum().item<double>();
+      st.generated_tokens += batch.generated_tokens;
+      st.tokens += batch.targets.size(0);
+      record_staleness(batch, st);
+      if (replay && config_.algo.routing_check_interval > 0 && step_ % config_.algo.routing_check_interval == 0 &&
+          c == 0 && batch.forced_experts.defined()) {
+        st.router_disagreement = router_disagreement(batch);
+        telemetry::metrics().set("learner.router_disagreement", st.router_disagreement);
+      }
+      if (counted == 0) continue;
+      model::PolicyOutput out = policy_->forward(batch.inputs, batch.lengths, batch.forced_experts);
       algo::PolicyLossInputs inputs;
-      inputs.logp_new = logp;
+      inputs.logp_new = target_logprobs(out.logits, batch.targets);
       inputs.logp_behaviour = batch.behaviour_logprobs;
       inputs.advantages = algo::broadcast_to_tokens(advantages, batch.sequence_index);
       inputs.loss_mask = token_mask;
       inputs.sequence_index = batch.sequence_index;
-      inputs.num_sequences = n;
-      const algo::LossResult result =
-          algo::policy_loss(inputs, loss_options(config_.algo, config_.rollout.max_tokens_per_episode));
-      torch::Tensor loss = result.loss;
-      if (out.aux_loss.defined()) loss = loss + out.aux_loss;
+      inputs.num_sequences = end - begin;
+      if (config_.algo.entropy_coef > 0) inputs.entropy = algo::token_entropy_from_logits(out.logits);
+      if (reference_) {
+        torch::NoGradGuard no_grad;
+        inputs.logp_reference =
+            target_logprobs(reference_->forward(batch.inputs, batch.lengths, batch.forced_experts).logits, batch.targets);
+      }
+      const algo::LossResult result = algo::policy_loss(inputs, options);
+      // The chunk's share: of the counted tokens (token mean) or of the kept sequences.
+      const double share = options.aggregation == algo::LossAggregation::TokenMean
+                               ? counted / total_counted
+                               : kept.sum().item<double>() / std::max(1.0, targets.kept_sequences);
+      torch::Tensor loss = result.loss * share;
+      if (out.aux_loss.defined()) loss = loss + out.aux_loss / static_cast<double>(chunks);
       loss.backward();
-      st.loss = result.policy_loss;
-      st.importance_weight_mean = result.importance_weight_mean;
-      st.behaviour_gap = result.behaviour_proximal_gap;
-      st.clip_fraction = result.clip_fraction_low + result.clip_fraction_high;
+      st.loss += result.policy_loss * share;
+      st.importance_weight_mean += (result.importance_weight_mean - 1.0) * share;
+      st.behaviour_gap += result.behaviour_proximal_gap * share;
+      st.clip_fraction += (result.clip_fraction_low + result.clip_fraction_high) * share;
+      st.kl += result.kl * share;
+      st.entropy += result.entropy * share;
     }
   }
   // Every learner joins the all-reduce, with or without data.
@@ -258,6 +334,18 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   }
   st.update_s = now_s() - started;
   return st;
+}
+
+void Learner::record_staleness(const EpisodeBatch& batch, StepStats& st) const {
+  const torch::Tensor generated = batch.loss_mask > 0;
+  if (!generated.any().item<bool>()) return;
+  const torch::Tensor lag = (version_ - batch.versions.masked_select(generated)).to(torch::kFloat64);
+  st.staleness_mean = std::max(st.staleness_mean, lag.mean().item<double>());
+  st.staleness_max = std::max(st.staleness_max, lag.max().item<std::int64_t>());
+  const torch::Tensor versions_behind = lag.to(torch::kInt64).contiguous();
+  const std::int64_t* behind = versions_behind.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < versions_behind.numel(); ++i)
+    telemetry::metrics().record("learner.staleness_versions", static_cast<double>(behind[i]));
 }
 
 void Learner::check_learners_agree() {
@@ -303,9 +391,10 @@ void Learner::report(const StepStats& st, double elapsed_s) {
   line << std::setprecision(0) << " | " << st.generated_tokens / std::max(1e-9, per_step) << " gen tok/s"
        << std::setprecision(2) << " | staleness " << st.staleness_mean << " (max " << st.staleness_max << ")"
        << " | sync " << std::setprecision(1) << 1e3 * last_sync_s_ << " ms | loss " << std::setprecision(4) << st.loss
-       << " | |logp gap| " << std::setprecision(3) << st.behaviour_gap << " iw " << st.importance_weight_mean
+       << " | |logp gap| " << std::setprecision(3) << st.behaviour_gap << " iw " << 1.0 + st.importance_weight_mean
        << " | eta " << format_duration(per_step * static_cast<double>(config_.optim.total_steps - st.step - 1));
   if (st.dropped_groups) line << " | dropped " << st.dropped_groups << " stale groups";
+  if (st.router_disagreement >= 0) line << " | router disagrees " << std::setprecision(1) << 100 * st.router_disagreement << "%";
   std::printf("%s\n", line.str().c_str());
   std::fflush(stdout);
   auto& m = telemetry::metrics();
@@ -314,6 +403,8 @@ void Learner::report(const StepStats& st, double elapsed_s) {
   m.add("learner.dropped_groups", static_cast<double>(st.dropped_groups));
   m.add("learner.generated_tokens", static_cast<double>(st.generated_tokens));
   m.record("learner.update_s", st.update_s);
+  m.set("learner.kl", st.kl);
+  m.set("learner.entropy", st.entropy);
 }
 
 void Learner::run(runtime::StopCoordinator& stop) {

@@ -177,6 +177,15 @@ void Actor::finish(Episode& episode, const std::string& error) {
   t.error = error;
   t.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - episode.started).count();
   if (engine_.has_session(episode.id)) {
+    // The context budget can end an episode with a prompt the engine never
+    // fed: the learner must see exactly the fed tokens (+ the last sampled one).
+    const auto fed = static_cast<size_t>(engine_.fed_length(episode.id));
+    if (t.tokens.size() > fed + 1) {
+      t.tokens.resize(fed + 1);
+      t.generated.resize(fed + 1);
+      t.behaviour_logprobs.resize(fed + 1);
+      t.versions.resize(fed + 1);
+    }
     if (moe_layers_ > 0 && error.empty()) {
       const torch::Tensor routing = engine_.context_routing(episode.id);  // [fed, layers, k]
       if (routing.size(0) == static_cast<std::int64_t>(t.tokens.size()) - 1) {
@@ -184,6 +193,8 @@ void Actor::finish(Episode& episode, const std::string& error) {
         t.routing.assign(bytes.data_ptr<std::uint8_t>(), bytes.data_ptr<std::uint8_t>() + bytes.numel());
       } else {
         telemetry::metrics().add("actor.routing_mismatch");  // the learner routes itself for this one
+        spdlog::debug("episode {}: routing of {} positions for {} tokens; not replayed", t.episode_id,
+                      routing.size(0), t.tokens.size());
         t.moe_layers = t.top_k = 0;
       }
     }

@@ -37,6 +37,16 @@ expect_status 0 $? "train with 2 learners"
 expect_contains train2.txt "step 3/3 v3 |" "2-learner progress"
 grep -q "dropped [0-9]* stale groups" train2.txt || echo "note: no group was stale in this run"
 
+# The optional loss terms and micro-batching run together: KL to the frozen
+# start (k3), entropy bonus, overlong penalty, 2 micro-batches, and the
+# router-disagreement measurement every step.
+timeout 300 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=2 \
+  --set algo.kl=k3 --set algo.kl_coef=0.01 --set algo.entropy_coef=0.001 --set algo.overlong_cache_tokens=64 \
+  --set optim.grad_accumulation=2 --set algo.routing_check_interval=1 --set run.name=options \
+  --init "$WORK/runs/quickstart/base.pt" >train3.txt 2>&1
+expect_status 0 $? "train with every loss option"
+expect_contains train3.txt "router disagrees" "router disagreement measured"
+
 # A wrong --init is refused before training, naming the file.
 timeout 120 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --init "$WORK/missing.pt" >bad.txt 2>&1
 status=$?

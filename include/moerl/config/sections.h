@@ -138,6 +138,9 @@ struct AlgoSection {
   bool drop_zero_variance_groups = true; // dynamic sampling
   bool routing_replay = true;            // learner replays the actor's routing
   std::int64_t groups_per_step = 8;      // GRPO groups per learner step (over all learners)
+  std::int64_t overlong_cache_tokens = 0;  // DAPO soft overlong penalty ramp width; 0 = off
+  double overlong_factor = 1.0;          // penalty at the episode budget
+  std::int64_t routing_check_interval = 10;  // steps between router-disagreement measurements; 0 = never
 };
 
 // [optim]: the optimizer of learners (and of pretraining).

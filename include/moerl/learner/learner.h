@@ -19,6 +19,7 @@
 
 #include "moerl/comm/communicator.h"
 #include "moerl/config/config.h"
+#include "moerl/learner/episode_batch.h"
 #include "moerl/learner/task_coordinator.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/trajectory.h"
@@ -41,9 +42,12 @@ struct StepStats {
   std::int64_t dropped_groups = 0;    // too stale
   std::int64_t zero_variance_groups = 0;
   double loss = 0;
-  double importance_weight_mean = 1;
+  double importance_weight_mean = 0;  // minus 1 (accumulated over micro-batches)
   double behaviour_gap = 0;
   double clip_fraction = 0;
+  double kl = 0;
+  double entropy = 0;
+  double router_disagreement = -1;   // measured every [algo] routing_check_interval steps; -1 = not this step
   double update_s = 0;
   double sync_s = 0;
   bool updated = false;               // false when every group was filtered out
@@ -61,6 +65,10 @@ class Learner {
   StepStats update(const std::vector<const rollout::Trajectory*>& episodes);
 
  private:
+  struct EpisodeTargets;
+  EpisodeTargets episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st);
+  double router_disagreement(const EpisodeBatch& batch);
+  void record_staleness(const EpisodeBatch& batch, StepStats& st) const;
   void receive_episodes();
   std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken);
   void allreduce_gradients();
@@ -74,6 +82,7 @@ class Learner {
   const runtime::World& world_;
   runtime::Mailbox& mailbox_;
   model::Policy policy_;
+  model::Policy reference_{nullptr};  // frozen starting weights, when [algo] kl is not "none"
   comm::Communicator& learner_comm_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<sync::WeightPublisher> publisher_;
