@@ -26,6 +26,7 @@ int run_bench(const BenchOptionsCli& options) {
     bench_options.quick = options.quick;
     bench_options.threads = options.threads;
     bench::BenchReport report = entry->run(bench_options);
+    if (report.quiet) return 0;
     report.bench = entry->name;
     if (report.host.empty()) report.host = bench::describe_host();
     std::cout << report.to_table();

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "moerl/runtime/wire.h"
+#include "moerl/storage/checksum.h"
 
 namespace moerl::sync {
 namespace {
@@ -103,7 +104,7 @@ void WeightPublisher::publish(std::int64_t version) {
   for (size_t b = 0; b < buckets; ++b) {
     const size_t begin = b * options_.bucket_bytes;
     const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
-    checksums_[b] = runtime::crc32(staging_.data() + begin, size);
+    checksums_[b] = storage::crc32c(staging_.data() + begin, size);
   }
   if (options_.corrupt_bucket_for_test >= 0 && static_cast<size_t>(options_.corrupt_bucket_for_test) < buckets)
     staging_[static_cast<size_t>(options_.corrupt_bucket_for_test) * options_.bucket_bytes] ^= 0x5A;
@@ -211,7 +212,7 @@ void WeightReceiver::verify() {
   for (size_t b = 0; b < checksums_.size(); ++b) {
     const size_t begin = b * options_.bucket_bytes;
     const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
-    const std::uint32_t got = runtime::crc32(staging_.data() + begin, size);
+    const std::uint32_t got = storage::crc32c(staging_.data() + begin, size);
     if (got != checksums_[b])
       throw SyncError("weights version " + std::to_string(incoming_version_) + ": bucket " + std::to_string(b) +
                       " of " + std::to_string(checksums_.size()) + " failed its checksum (bytes " +
@@ -274,7 +275,7 @@ bool WeightReceiver::wait_ready(double timeout_s) {
     if (now_s() > deadline)
       throw comm::CommTimeout("no new weights version arrived in " + comm_.name() + " within " +
                               std::to_string(timeout_s) + " s");
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   return true;
 }

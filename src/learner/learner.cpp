@@ -13,7 +13,7 @@
 #include "moerl/algo/token_batch.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/sync/module_weights.h"
-#include "moerl/runtime/wire.h"
+#include "moerl/storage/checksum.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::learner {
@@ -66,6 +66,7 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
                  model::Policy policy, comm::Communicator& learner_comm, comm::Communicator* sync_comm)
     : config_(config), world_(world), mailbox_(mailbox), policy_(policy), learner_comm_(learner_comm) {
   learners_ = learner_comm.size();
+  reporter_ = std::make_unique<telemetry::MetricsReporter>(mailbox, config.telemetry.metrics_interval_s);
   auto options = torch::optim::AdamWOptions(config.optim.lr)
                      .betas(std::make_tuple(config.optim.beta1, config.optim.beta2))
                      .weight_decay(config.optim.weight_decay);
@@ -109,6 +110,22 @@ void Learner::receive_episodes() {
   }
 }
 
+void Learner::collect_metrics() {
+  if (!world_.is_coordinator()) {
+    reporter_->maybe_send();
+    return;
+  }
+  while (auto report = mailbox_.try_receive<telemetry::MetricsReport>()) aggregator_.update(report->second.snapshot);
+}
+
+void Learner::write_metrics_line() {
+  if (!world_.is_coordinator()) return;
+  aggregator_.update(telemetry::metrics().snapshot());
+  if (!metrics_file_)
+    metrics_file_ = std::make_unique<telemetry::JsonLinesFile>(config_.run_directory() + "/" + config_.telemetry.metrics_file);
+  metrics_file_->append(aggregator_.json_line(step_));
+}
+
 void Learner::serve_while(const std::function<bool()>& busy) {
   const double started = now_s();
   double last_progress = started;
@@ -116,6 +133,7 @@ void Learner::serve_while(const std::function<bool()>& busy) {
   while (busy()) {
     if (coordinator_) coordinator_->serve(version_);
     receive_episodes();
+    collect_metrics();
     if (publisher_ && publisher_->in_flight()) publisher_->progress();
     size_t held = 0;
     for (const auto& [id, episodes] : groups_) held += episodes.size();
@@ -354,7 +372,7 @@ void Learner::check_learners_agree() {
   // catches a divergence the step it happens.
   if (learners_ == 1) return;
   std::uint32_t crc = 0;
-  for (const auto& view : sync::module_weight_views(*policy_)) crc = runtime::crc32(view.data, view.bytes, crc);
+  for (const auto& view : sync::module_weight_views(*policy_)) crc = storage::crc32c(view.data, view.bytes, crc);
   double extremes[2] = {static_cast<double>(crc), -static_cast<double>(crc)};
   // max(crc) and max(-crc) = -min(crc), in one all-reduce of two doubles via sums over one-hot slots.
   std::vector<double> slots(2 * static_cast<size_t>(learners_), 0.0);
@@ -437,6 +455,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
       coordinator_->on_step(static_cast<std::int64_t>(counts[0]), static_cast<std::int64_t>(counts[1]), version_, done);
     if (step_ % config_.sync.interval == 0 || done) publish_weights();
     report(stats, now_s() - training_started);
+    write_metrics_line();
   }
   if (!coordinator_) return;
   std::printf("evaluating the trained policy (version %lld)...\n", static_cast<long long>(version_));

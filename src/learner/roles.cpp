@@ -12,6 +12,7 @@
 #include "moerl/model/param_report.h"
 #include "moerl/rollout/actor.h"
 #include "moerl/sync/module_weights.h"
+#include "moerl/telemetry/metrics_report.h"
 
 namespace moerl::learner {
 namespace {
@@ -44,7 +45,11 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
     case runtime::Role::EnvWorker: {
       env::SessionHost host(env::session_host_options(config, world.compute_threads()));
       env::EnvWorkerService service(host, mailbox);
-      service.serve([&] { return stop.should_stop(); });
+      telemetry::MetricsReporter reporter(mailbox, config.telemetry.metrics_interval_s);
+      service.serve([&] {
+        reporter.maybe_send();
+        return stop.should_stop();
+      });
       return 0;
     }
     case runtime::Role::Actor: {

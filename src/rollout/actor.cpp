@@ -7,6 +7,7 @@
 #include "moerl/model/tokenizer.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics.h"
+#include "moerl/telemetry/metrics_report.h"
 
 namespace moerl::rollout {
 namespace {
@@ -228,7 +229,9 @@ void Actor::apply_new_weights() {
 
 void Actor::run(runtime::StopCoordinator& stop) {
   spdlog::info("actor {}: up to {} episodes at once", world_.role_index(), config_.rollout.sessions_per_actor);
+  telemetry::MetricsReporter reporter(mailbox_, config_.telemetry.metrics_interval_s);
   while (!stop.should_stop()) {
+    reporter.maybe_send();
     apply_new_weights();
     request_work();
     if (auto assignment = mailbox_.try_receive<TaskAssignment>(runtime::RankLayout::kCoordinatorRank))

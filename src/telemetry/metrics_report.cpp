@@ -164,3 +164,27 @@ void JsonLinesFile::append(const std::string& line) {
 }
 
 }  // namespace moerl::telemetry
+
+#include <chrono>
+
+#include "moerl/runtime/mailbox.h"
+
+namespace moerl::telemetry {
+
+MetricsReporter::MetricsReporter(runtime::Mailbox& mailbox, double interval_s, int coordinator_rank)
+    : mailbox_(mailbox), interval_s_(interval_s), coordinator_(coordinator_rank) {
+  next_at_ = runtime::monotonic_seconds() + interval_s_;
+}
+
+void MetricsReporter::maybe_send() {
+  if (runtime::monotonic_seconds() < next_at_) return;
+  send_now();
+}
+
+void MetricsReporter::send_now() {
+  next_at_ = runtime::monotonic_seconds() + interval_s_;
+  if (mailbox_.rank() == coordinator_) return;
+  mailbox_.send(coordinator_, MetricsReport{metrics().snapshot()});
+}
+
+}  // namespace moerl::telemetry

@@ -6,7 +6,8 @@ CONFIG="$SOURCE_DIR/configs/quickstart.toml"
 SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
        --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
        --set rollout.max_tokens_per_episode=256 --set rollout.eval_episodes=2 --set algo.groups_per_step=2
-       --set pretrain.episodes=40 --set pretrain.steps=5 --set pretrain.batch_episodes=4 --set cluster.message_timeout_s=30)
+       --set pretrain.episodes=40 --set pretrain.steps=5 --set pretrain.batch_episodes=4 --set cluster.message_timeout_s=30
+       --set telemetry.metrics_interval_s=0.2)
 
 timeout 300 "$MOERL" pretrain --config "$CONFIG" "${SMALL[@]}" >pretrain.txt 2>&1
 expect_status 0 $? "pretrain"
@@ -25,6 +26,16 @@ for phase in ("before", "after"):
     assert set(s[phase]) == {"arithmetic", "guess", "sort"}, s[phase]
     for family, score in s[phase].items():
         assert score["episodes"] == 2 and 0 <= score["success"] <= 1, (phase, family, score)
+PY
+# One metrics line per step, and every role reported to learner 0.
+python3 - "$WORK/runs/quickstart/metrics.jsonl" <<'PY' || fail "metrics.jsonl during training"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert [l["step"] for l in lines] == [1, 2, 3, 4], [l["step"] for l in lines]
+roles = set(lines[-1]["roles"])
+assert roles == {"learner", "actor", "env_worker"}, roles
+assert lines[-1]["roles"]["learner"]["gauges"]["learner.reward_mean"] >= 0
+assert lines[-1]["roles"]["actor"]["counters"]["rollout.generated_tokens"] > 0
 PY
 
 # Two data-parallel learners (they check after every step that their weights

@@ -32,6 +32,7 @@ struct BenchReport {
   std::string bench;
   std::map<std::string, ParamValue> host;   // filled by describe_host()
   std::vector<BenchCase> cases;
+  bool quiet = false;                       // multi-rank benchmarks: only rank 0 reports
 
   std::string to_json() const;
   // A fixed-width table: case, params, metrics, baseline, ratio.

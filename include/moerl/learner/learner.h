@@ -26,6 +26,7 @@
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
 #include "moerl/sync/weight_sync.h"
+#include "moerl/telemetry/metrics_report.h"
 
 namespace moerl::learner {
 
@@ -70,6 +71,8 @@ class Learner {
   double router_disagreement(const EpisodeBatch& batch);
   void record_staleness(const EpisodeBatch& batch, StepStats& st) const;
   void receive_episodes();
+  void collect_metrics();
+  void write_metrics_line();
   std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken);
   void allreduce_gradients();
   void publish_weights();
@@ -89,6 +92,9 @@ class Learner {
   std::unique_ptr<TaskCoordinator> coordinator_;
   std::map<std::uint64_t, std::vector<rollout::Trajectory>> groups_;  // group id -> episodes received
   std::vector<rollout::Trajectory> batch_storage_;
+  std::unique_ptr<telemetry::MetricsReporter> reporter_;
+  telemetry::MetricsAggregator aggregator_;            // learner 0: latest snapshot of every rank
+  std::unique_ptr<telemetry::JsonLinesFile> metrics_file_;
   std::int64_t step_ = 0;
   std::int64_t version_ = 0;
   int learners_ = 1;

@@ -2,7 +2,8 @@
 // Publishing new policy weights from learner 0 to the actors.
 //
 // A publication of version v is one header broadcast (version, layout
-// fingerprint, sizes), one broadcast of per-bucket CRC-32s, then the weights
+// fingerprint, sizes), one broadcast of per-bucket CRC-32C checksums (hardware
+// instruction where available), then the weights
 // in buckets of [sync] bucket_bytes, all non-blocking. The publisher first
 // copies the parameters into a staging buffer, so training goes on while the
 // bytes travel. A receiver keeps a header broadcast posted at all times,

@@ -53,3 +53,26 @@ class JsonLinesFile {
 };
 
 }  // namespace moerl::telemetry
+
+namespace moerl::runtime {
+class Mailbox;
+}
+
+namespace moerl::telemetry {
+
+// Sends this rank's metrics snapshot to learner 0 every [telemetry]
+// metrics_interval_s; role loops call maybe_send() between units of work.
+class MetricsReporter {
+ public:
+  MetricsReporter(runtime::Mailbox& mailbox, double interval_s, int coordinator_rank = 0);
+  void maybe_send();
+  void send_now();
+
+ private:
+  runtime::Mailbox& mailbox_;
+  double interval_s_;
+  int coordinator_;
+  double next_at_ = 0;
+};
+
+}  // namespace moerl::telemetry
