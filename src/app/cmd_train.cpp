@@ -61,7 +61,7 @@ int run_roles(const config::Config& config, const TrainOptions& options) {
 
   if (!options.dry_run) {
     runtime::StopCoordinator stop(mailbox);
-    return learner::run_role(config, world, mailbox, stop, options.init_path);
+    return learner::run_role(config, world, mailbox, stop, options.init_path, options.resume);
   }
   const runtime::DryRunResult result = runtime::run_dry_run(config, world, mailbox);
   if (world.is_coordinator()) std::cout << runtime::format_plan(config, world.layout(), result) << std::flush;

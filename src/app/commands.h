@@ -14,6 +14,7 @@ struct TrainOptions {
   std::string log_level;               // --log-level, shortcut for telemetry.log_level
   bool dry_run = false;
   std::string init_path;               // --init: starting weights
+  std::string resume;                  // --resume auto|PATH
 };
 
 struct PretrainOptions {

@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
   train_cmd->add_flag("--dry-run", train.dry_run,
                       "Assign roles, exchange a round of messages between all ranks, print the plan, exit 0");
   train_cmd->add_option("--init", train.init_path, "Start from these policy weights (moerl pretrain's output)");
+  train_cmd->add_option("--resume", train.resume,
+                        "Continue from a checkpoint: auto (newest valid in [checkpoint] directory) or DIR[:VERSION|TAG]");
 
   moerl::app::ConfigOptions config;
   auto* config_cmd = app.add_subcommand("config", "Check, show or document run configurations");

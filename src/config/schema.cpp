@@ -340,6 +340,19 @@ SectionSpec sync_section() {
   return spec;
 }
 
+SectionSpec checkpoint_section() {
+  SectionSpec spec{"checkpoint", "Versioned HDF5 checkpoints of the learner (moerl checkpoint ...).", {}, {}, {}};
+  SectionBuilder<CheckpointSection> b(spec, &Config::checkpoint);
+  b.field("every_steps", &CheckpointSection::every_steps,
+          "Learner steps between checkpoints; 0 = only at the end and on a stop signal.")
+      .at_least(0);
+  b.field("keep_last", &CheckpointSection::keep_last, "Keep the last K versions plus every tagged one.").at_least(1);
+  b.field("directory", &CheckpointSection::directory, "Checkpoint store; empty = <run dir>/checkpoints.");
+  b.field("save_on_stop", &CheckpointSection::save_on_stop,
+          "On SIGTERM/SIGINT (e.g. Slurm's time limit) write a final checkpoint before exiting.");
+  return spec;
+}
+
 SectionSpec pretrain_section() {
   SectionSpec spec{"pretrain", "Supervised warm-up of the base policy on scripted-expert demonstrations.", {}, {}, {}};
   SectionBuilder<PretrainSection> b(spec, &Config::pretrain);
@@ -450,6 +463,7 @@ const std::vector<SectionSpec>& all_sections() {
       algo_section(),
       optim_section(),
       sync_section(),
+      checkpoint_section(),
       pretrain_section(),
       env_section(),
       env_family_section("arithmetic"),

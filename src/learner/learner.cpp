@@ -11,6 +11,7 @@
 #include "moerl/algo/advantages.h"
 #include "moerl/algo/policy_loss.h"
 #include "moerl/algo/token_batch.h"
+#include "moerl/learner/checkpointing.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/storage/checksum.h"
@@ -63,7 +64,8 @@ std::string format_duration(double seconds) {
 }  // namespace
 
 Learner::Learner(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
-                 model::Policy policy, comm::Communicator& learner_comm, comm::Communicator* sync_comm)
+                 model::Policy policy, comm::Communicator& learner_comm, comm::Communicator* sync_comm,
+                 const std::string& resume)
     : config_(config), world_(world), mailbox_(mailbox), policy_(policy), learner_comm_(learner_comm) {
   learners_ = learner_comm.size();
   reporter_ = std::make_unique<telemetry::MetricsReporter>(mailbox, config.telemetry.metrics_interval_s);
@@ -87,6 +89,17 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
     MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
     publisher_ = std::make_unique<sync::WeightPublisher>(*sync_comm, sync::module_weight_views(*policy_),
                                                          sync_options(config));
+  }
+  if (!resume.empty()) {
+    if (const auto state = load_checkpoint(config, resume, *policy_, optimizer_.get())) {
+      step_ = state->step;
+      version_ = state->version;
+      if (coordinator_)
+        coordinator_->resume(static_cast<std::uint64_t>(state->next_group), static_cast<std::uint64_t>(state->next_seed),
+                             version_);
+    } else if (world.is_coordinator()) {
+      spdlog::info("--resume auto: no checkpoint in {}; starting fresh", checkpoint_directory(config));
+    }
   }
 }
 
@@ -388,6 +401,20 @@ void Learner::check_learners_agree() {
   telemetry::metrics().set("learner.weights_crc", slots[0]);
 }
 
+void Learner::save_checkpoint_now(double reward_mean) {
+  if (!world_.is_coordinator()) return;
+  const double started = now_s();
+  LearnerState state;
+  state.step = step_;
+  state.version = version_;
+  state.next_group = static_cast<std::int64_t>(coordinator_->next_group());
+  state.next_seed = static_cast<std::int64_t>(coordinator_->next_seed());
+  state.reward_mean = reward_mean;
+  save_checkpoint(config_, *policy_, *optimizer_, state);
+  telemetry::metrics().record("checkpoint.save_s", now_s() - started);
+  spdlog::info("checkpoint version {} saved in {:.2f} s", version_, now_s() - started);
+}
+
 void Learner::publish_weights() {
   if (!publisher_) return;
   const double started = now_s();
@@ -398,14 +425,14 @@ void Learner::publish_weights() {
   telemetry::metrics().add("sync.bytes", static_cast<double>(publisher_->last().bytes));
 }
 
-void Learner::report(const StepStats& st, double elapsed_s) {
+void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_step) {
   if (!world_.is_coordinator()) return;
   std::ostringstream line;
   line << std::fixed << std::setprecision(2) << "step " << st.step + 1 << "/" << config_.optim.total_steps << " v"
        << version_ << " | reward " << st.reward_mean << " | success";
   for (const auto& [family, score] : st.by_family)
     line << " " << family << " " << std::setprecision(0) << 100 * score.success_rate() << "%";
-  const double per_step = elapsed_s / static_cast<double>(st.step + 1);
+  const double per_step = elapsed_s / static_cast<double>(st.step + 1 - first_step);
   line << std::setprecision(0) << " | " << st.generated_tokens / std::max(1e-9, per_step) << " gen tok/s"
        << std::setprecision(2) << " | staleness " << st.staleness_mean << " (max " << st.staleness_max << ")"
        << " | sync " << std::setprecision(1) << 1e3 * last_sync_s_ << " ms | loss " << std::setprecision(4) << st.loss
@@ -433,7 +460,11 @@ void Learner::run(runtime::StopCoordinator& stop) {
     std::fflush(stdout);
     serve_while([&] { return coordinator_->phase() == TaskCoordinator::Phase::EvalBefore && !stop.should_stop(); });
   }
+  // A resumed run's actors still hold the starting weights: send them ours first.
+  if (version_ > 0) publish_weights();
   const double training_started = now_s();
+  const std::int64_t first_step = step_;
+  double last_reward = 0;
   while (step_ < config_.optim.total_steps && !stop.should_stop()) {
     std::int64_t dropped = 0, taken = 0;
     std::vector<const rollout::Trajectory*> batch;
@@ -454,17 +485,29 @@ void Learner::run(runtime::StopCoordinator& stop) {
     if (coordinator_)
       coordinator_->on_step(static_cast<std::int64_t>(counts[0]), static_cast<std::int64_t>(counts[1]), version_, done);
     if (step_ % config_.sync.interval == 0 || done) publish_weights();
-    report(stats, now_s() - training_started);
+    report(stats, now_s() - training_started, first_step);
     write_metrics_line();
+    last_reward = stats.reward_mean;
+    if (config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0 && !done)
+      save_checkpoint_now(last_reward);
   }
+  // The final weights, or the state at a stop signal (Slurm's SIGTERM before
+  // its time limit): a later --resume auto continues from here.
+  if (step_ > first_step && (!stop.should_stop() || config_.checkpoint.save_on_stop)) save_checkpoint_now(last_reward);
   if (!coordinator_) return;
-  std::printf("evaluating the trained policy (version %lld)...\n", static_cast<long long>(version_));
+  if (stop.should_stop()) {
+    std::printf("stopping after step %lld: %s (checkpoint %s)\n", static_cast<long long>(step_), stop.reason().c_str(),
+                config_.checkpoint.save_on_stop ? "saved" : "not saved: [checkpoint] save_on_stop = false");
+  } else {
+    std::printf("evaluating the trained policy (version %lld)...\n", static_cast<long long>(version_));
+  }
   std::fflush(stdout);
   serve_while([&] { return coordinator_->phase() != TaskCoordinator::Phase::Done && !stop.should_stop(); });
   coordinator_->finish_actors();
   serve_while([&] { return publisher_->in_flight() && !publisher_->progress(); });
   publisher_->close();
   const double wall = now_s() - started;
+  if (stop.should_stop()) return;
   std::printf("\n%s", coordinator_->evaluation_table().c_str());
   const std::string summary_path = config_.run_directory() + "/summary.json";
   std::ofstream(summary_path) << coordinator_->summary_json(step_, wall) << "\n";

@@ -39,7 +39,7 @@ void wait_for_stop(runtime::StopCoordinator& stop, double timeout_s, const std::
 }  // namespace
 
 int run_role(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
-             runtime::StopCoordinator& stop, const std::string& init_path) {
+             runtime::StopCoordinator& stop, const std::string& init_path, const std::string& resume) {
   const double final_wait_s = 20 * config.cluster.message_timeout_s;
   switch (world.role()) {
     case runtime::Role::EnvWorker: {
@@ -71,7 +71,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       options.bucket_bytes = static_cast<size_t>(config.sync.bucket_mb) << 20;
       options.timeout_s = config.cluster.message_timeout_s;
       sync::WeightReceiver receiver(sync_comm, sync::module_weight_views(*policy), options);
-      while (!receiver.closed() && !stop.should_stop()) {
+      while (!receiver.closed()) {
         if (receiver.poll()) receiver.apply();
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
@@ -87,7 +87,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
       std::unique_ptr<comm::MpiCommunicator> sync_comm;
       if (world.is_coordinator()) sync_comm = std::make_unique<comm::MpiCommunicator>(world.sync_comm(), "weight-sync group");
-      Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get());
+      Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume);
       learner.run(stop);
       if (world.is_coordinator()) {
         stop.request_stop("training complete");

@@ -45,6 +45,15 @@ void TaskCoordinator::start_evaluation(std::int64_t min_version) {
   if (eval_outstanding_ == 0) phase_ = phase_ == Phase::EvalBefore ? Phase::Train : Phase::Done;
 }
 
+void TaskCoordinator::resume(std::uint64_t next_group, std::uint64_t next_seed, std::int64_t version) {
+  next_group_ = next_group;
+  next_seed_ = next_seed;
+  min_version_floor_ = version;
+  eval_queue_.clear();
+  eval_outstanding_ = 0;
+  phase_ = Phase::Train;
+}
+
 std::int64_t TaskCoordinator::train_groups_allowed() const {
   const std::int64_t per_step = config_.algo.groups_per_step;
   if (!config_.sync.asynchronous) return assigned_this_step_ < per_step ? per_step - assigned_this_step_ : 0;
@@ -71,7 +80,7 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
     const std::uint64_t seed = next_seed_++;
     g.task = env::make_task(config_, env::pick_family(config_, mix(seed)), seed);
     g.size = group_size;
-    g.min_version = config_.sync.asynchronous ? 0 : policy_version;
+    g.min_version = std::max(min_version_floor_, config_.sync.asynchronous ? std::int64_t{0} : policy_version);
     groups.push_back(g);
     free_slots -= group_size;
     --allowed;

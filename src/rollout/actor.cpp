@@ -248,8 +248,14 @@ void Actor::run(runtime::StopCoordinator& stop) {
                              static_cast<double>(std::count_if(episodes_.begin(), episodes_.end(),
                                                                [](const auto& e) { return e.second.waiting_env; })));
   }
-  // Keep the weight-sync collectives matched until learner 0 closes them.
-  while (!receiver_.closed() && !stop.should_stop()) {
+  // Keep the weight-sync collectives matched until learner 0 closes them
+  // (it does, also after a stop signal), with a deadline in case it is gone.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.cluster.message_timeout_s);
+  while (!receiver_.closed()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      throw runtime::TimeoutError("actor " + std::to_string(world_.role_index()) +
+                                  ": learner 0 did not close the weight publication within " +
+                                  std::to_string(config_.cluster.message_timeout_s) + " s");
     receiver_.poll();
     if (receiver_.ready_version() > receiver_.current_version()) receiver_.apply();
     std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -38,6 +38,33 @@ assert lines[-1]["roles"]["learner"]["gauges"]["learner.reward_mean"] >= 0
 assert lines[-1]["roles"]["actor"]["counters"]["rollout.generated_tokens"] > 0
 PY
 
+# Checkpoints: the 4-step run saved versions 2 and 4 (every_steps is set
+# below on a run of its own); resuming continues the version count.
+timeout 300 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=4 \
+  --set checkpoint.every_steps=2 --set run.name=ckpt --init "$WORK/runs/quickstart/base.pt" >ckpt.txt 2>&1
+expect_status 0 $? "train with checkpoints"
+"$MOERL" checkpoint list "$WORK/runs/ckpt/checkpoints" >list.txt 2>&1
+expect_status 0 $? "checkpoint list"
+expect_contains list.txt "v000002" "version 2 saved"
+expect_contains list.txt "v000004" "version 4 saved"
+timeout 300 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=6 \
+  --set checkpoint.every_steps=2 --set run.name=ckpt --init "$WORK/runs/quickstart/base.pt" --resume auto >resume.txt 2>&1
+expect_status 0 $? "resume"
+expect_contains resume.txt "step 5/6 v5 |" "resumed run continues at step 5"
+expect_contains resume.txt "step 6/6 v6 |" "resumed run reaches step 6"
+grep -q "step 1/6" resume.txt && fail "resumed run restarted from step 1"
+
+# A stop signal mid-run: every rank stops cleanly and learner 0 saves first.
+"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=1000 \
+  --set checkpoint.every_steps=0 --set run.name=stopped --init "$WORK/runs/quickstart/base.pt" >stopped.txt 2>&1 &
+launcher=$!
+for _ in $(seq 1 120); do grep -q "step 2/1000" stopped.txt && break; sleep 0.5; done
+kill -TERM $launcher
+wait $launcher
+"$MOERL" checkpoint list "$WORK/runs/stopped/checkpoints" >list2.txt 2>&1
+expect_status 0 $? "checkpoint list after a stop"
+expect_contains list2.txt "valid" "a checkpoint written at the stop"
+
 # Two data-parallel learners (they check after every step that their weights
 # agree; a divergence would stop the job) and asynchronous staleness 0: stale
 # groups are dropped and counted.

@@ -29,6 +29,7 @@ struct Config {
   OptimSection optim;
   SyncSection sync;
   PretrainSection pretrain;
+  CheckpointSection checkpoint;
   EnvSection env;
   std::map<std::string, EnvFamilySection> env_families;  // one per built-in family and "external"
   ExternalEnvSection env_external;

@@ -164,6 +164,14 @@ struct SyncSection {
   bool asynchronous = true;              // false: generate, then train, then sync
 };
 
+// [checkpoint]: versioned HDF5 checkpoints of the learner.
+struct CheckpointSection {
+  std::int64_t every_steps = 20;         // 0 = only at the end and on a stop signal
+  std::int64_t keep_last = 3;            // retention: the last K plus every tagged version
+  std::string directory = "";            // "" = <run dir>/checkpoints
+  bool save_on_stop = true;              // SIGTERM/SIGINT: write a final checkpoint before exiting
+};
+
 // [pretrain]: supervised warm-up on the scripted experts' demonstrations.
 struct PretrainSection {
   std::int64_t episodes = 2000;

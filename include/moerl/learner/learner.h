@@ -56,8 +56,9 @@ struct StepStats {
 
 class Learner {
  public:
+  // `resume`: "" (start fresh), "auto" (latest valid checkpoint if any) or a store path (see checkpointing.h).
   Learner(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
-          comm::Communicator& learner_comm, comm::Communicator* sync_comm);
+          comm::Communicator& learner_comm, comm::Communicator* sync_comm, const std::string& resume = "");
   // Trains for [optim] total_steps; learner 0 then runs the final evaluation,
   // writes <run dir>/summary.json and releases the actors.
   void run(runtime::StopCoordinator& stop);
@@ -76,10 +77,11 @@ class Learner {
   std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken);
   void allreduce_gradients();
   void publish_weights();
+  void save_checkpoint_now(double reward_mean);
   void check_learners_agree();
   void serve_while(const std::function<bool()>& busy);
   double learning_rate(std::int64_t step) const;
-  void report(const StepStats& stats, double elapsed_s);
+  void report(const StepStats& stats, double elapsed_s, std::int64_t first_step);
 
   const config::Config& config_;
   const runtime::World& world_;

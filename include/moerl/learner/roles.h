@@ -13,9 +13,10 @@
 namespace moerl::learner {
 
 // Runs this rank's role until the job ends; `init_path` (may be empty) holds
-// the starting policy weights. Returns the process exit status.
+// the starting policy weights; `resume` ("", "auto" or a checkpoint store
+// path) continues a run. Returns the process exit status.
 int run_role(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
-             runtime::StopCoordinator& stop, const std::string& init_path);
+             runtime::StopCoordinator& stop, const std::string& init_path, const std::string& resume);
 
 // `moerl pretrain` (one process).
 int run_pretrain_command(const config::Config& config);
