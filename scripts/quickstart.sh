@@ -7,15 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh --target moerl
-CONFIG="${1:-configs/quickstart.toml}"
-shift || true
-RUN_DIR=$(build/moerl config show "$CONFIG" "$@" | awk -F' *= *' '
-  /^\[run\]/ {r=1; next} /^\[/ {r=0}
-  r && $1 == "name" {gsub(/"/, "", $2); name=$2} r && $1 == "output_dir" {gsub(/"/, "", $2); dir=$2}
-  END {print dir "/" name}')
-RANKS=$(build/moerl config show "$CONFIG" "$@" | awk -F' *= *' '
-  /^\[cluster\]/ {c=1; next} /^\[/ {c=0}
-  c && $1 ~ /^(learners|actors|env_workers|standby_actors)$/ {n += $2} END {print n}')
+# Usage: scripts/quickstart.sh [CONFIG] [--set section.key=value ...]
+CONFIG=configs/quickstart.toml
+if [ $# -gt 0 ] && [ "${1#--}" = "$1" ]; then CONFIG="$1"; shift; fi
+RUN_DIR=$(build/moerl config get "$CONFIG" run.directory "$@")
+RANKS=$(build/moerl config get "$CONFIG" cluster.ranks "$@")
 start=$(date +%s)
 
 echo "== 1/2 pretraining the base policy on expert demonstrations"

@@ -28,6 +28,7 @@ struct ConfigOptions {
   std::string config_path;
   std::vector<std::string> overrides;
   int ranks = 0;       // check: also check [cluster] against this world size
+  std::string key;     // get: section.key
 };
 
 struct BenchOptionsCli {

@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
   auto* check_cmd = config_cmd->add_subcommand("check", "Validate FILE; exit 2 with every error on failure");
   auto* show_cmd = config_cmd->add_subcommand("show", "Print the resolved configuration (defaults included) as TOML");
   auto* reference_cmd = config_cmd->add_subcommand("reference", "Print every section and key as a Markdown table");
+  auto* get_cmd = config_cmd->add_subcommand(
+      "get", "Print one resolved value (strings unquoted); also run.directory and cluster.ranks (for scripts)");
+  get_cmd->add_option("file", config.config_path, "TOML run configuration")->required();
+  get_cmd->add_option("key", config.key, "section.key")->required();
+  get_cmd->add_option("--set", config.overrides, "Override a key: --set section.key=value (repeatable)");
   for (auto* cmd : {check_cmd, show_cmd}) {
     cmd->add_option("file", config.config_path, "TOML run configuration")->required();
     cmd->add_option("--set", config.overrides, "Override a key: --set section.key=value (repeatable)");
@@ -104,7 +109,7 @@ int main(int argc, char** argv) {
 
   if (*train_cmd) return moerl::app::run_train(train);
   if (*config_cmd) {
-    config.action = *check_cmd ? "check" : *show_cmd ? "show" : "reference";
+    config.action = *check_cmd ? "check" : *show_cmd ? "show" : *get_cmd ? "get" : "reference";
     return moerl::app::run_config(config);
   }
   if (*bench_cmd) return moerl::app::run_bench(bench);

@@ -34,6 +34,13 @@ PY
 expect_status 2 $? "unknown benchmark"
 "$MOERL" config reference >out.txt 2>&1
 expect_contains out.txt "| \`top_k\` | integer | \`2\` |" "reference table"
+# config get: plain values for scripts.
+[ "$("$MOERL" config get "$SOURCE_DIR/configs/quickstart.toml" run.directory --set run.name=x)" = "runs/x" ] \
+  || fail "config get run.directory"
+[ "$("$MOERL" config get "$SOURCE_DIR/configs/quickstart.toml" cluster.ranks)" = "4" ] || fail "config get cluster.ranks"
+"$MOERL" config get "$SOURCE_DIR/configs/quickstart.toml" model.nope >out.txt 2>&1
+expect_status 2 $? "config get of an unknown key"
+
 "$MOERL" config reference >reference.md 2>&1
 diff -u "$SOURCE_DIR/docs/config.md" reference.md >/dev/null \
   || fail "docs/config.md is out of date: regenerate with moerl config reference > docs/config.md"
