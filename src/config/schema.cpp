@@ -267,7 +267,10 @@ SectionSpec rollout_section() {
       .at_least(16);
   b.field("group_size", &RolloutSection::group_size, "Samples per task seed (GRPO group size G).").between(1, 1024);
   b.field("eval_episodes", &RolloutSection::eval_episodes,
-          "Held-out episodes per family evaluated (greedy) before and after training; 0 = none.")
+          "Held-out episodes per family evaluated before and after training; 0 = none.")
+      .at_least(0);
+  b.field("eval_temperature", &RolloutSection::eval_temperature,
+          "Sampling temperature of the evaluation episodes; 0 = greedy.")
       .at_least(0);
   return spec;
 }

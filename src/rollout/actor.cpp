@@ -117,8 +117,10 @@ void Actor::prompt_turn(Episode& episode, const std::string& observation, bool f
   if (first) engine_.add_session(episode.id, episode.id ^ static_cast<std::uint64_t>(config_.run.seed) * 0x9E3779B97F4A7C15ull);
   engine_.append_prompt(episode.id, prompt);
   SamplingParams sampling;
-  sampling.greedy = episode.group.evaluation || config_.rollout.temperature == 0;
-  sampling.temperature = config_.rollout.temperature > 0 ? config_.rollout.temperature : 1.0;
+  const double temperature =
+      episode.group.evaluation ? config_.rollout.eval_temperature : config_.rollout.temperature;
+  sampling.greedy = temperature == 0;
+  sampling.temperature = temperature > 0 ? temperature : 1.0;
   sampling.top_p = config_.rollout.top_p;
   sampling.top_k = config_.rollout.top_k;
   StopParams stop;

@@ -118,6 +118,7 @@ struct RolloutSection {
   std::int64_t max_tokens_per_episode = 768; // context budget of one episode
   std::int64_t group_size = 4;               // G samples per task seed (GRPO groups)
   std::int64_t eval_episodes = 16;           // held-out episodes per family, before and after training
+  double eval_temperature = 0.0;             // 0 = greedy evaluation
 };
 
 enum class AdvantageEstimator { Grpo, DrGrpo, Rloo };
