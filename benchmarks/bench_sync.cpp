@@ -12,15 +12,13 @@
 
 #include "moerl/bench/registry.h"
 #include "moerl/comm/mpi_communicator.h"
+#include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
 #include "moerl/sync/weight_sync.h"
 
 namespace {
 
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return moerl::runtime::monotonic_seconds(); }
 
 double slowest(double seconds) {
   double max = 0;

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <thread>
 
+#include "moerl/core/hash.h"
+#include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/wire.h"
 #include "moerl/storage/checksum.h"
 
@@ -14,10 +16,7 @@ namespace {
 constexpr std::uint32_t kHeaderMagic = 0x434E5953;  // "SYNC"
 constexpr size_t kHeaderBytes = 64;
 
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return runtime::monotonic_seconds(); }
 
 struct HeaderFields {
   std::uint32_t magic = kHeaderMagic;
@@ -60,19 +59,19 @@ size_t bucket_count(size_t total, size_t bucket) { return total == 0 ? 0 : (tota
 
 }  // namespace
 
+SyncOptions sync_options(const config::SyncSection& sync, double timeout_s) {
+  SyncOptions options;
+  options.bucket_bytes = static_cast<size_t>(sync.bucket_mb) << 20;
+  options.timeout_s = timeout_s;
+  return options;
+}
+
 std::uint64_t layout_fingerprint(const std::vector<WeightView>& views) {
-  std::uint64_t hash = 1469598103934665603ull;
-  auto mix = [&hash](const void* data, size_t size) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < size; ++i) {
-      hash ^= p[i];
-      hash *= 1099511628211ull;
-    }
-  };
+  std::uint64_t hash = kFnv1aOffset;
   for (const WeightView& v : views) {
-    mix(v.name.data(), v.name.size());
+    hash = fnv1a(v.name.data(), v.name.size(), hash);
     const std::uint64_t bytes = v.bytes;
-    mix(&bytes, sizeof bytes);
+    hash = fnv1a(&bytes, sizeof bytes, hash);
   }
   return hash;
 }

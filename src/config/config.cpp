@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "moerl/config/schema.h"
+#include "moerl/core/hash.h"
 
 namespace moerl::config {
 
@@ -331,16 +332,13 @@ std::string to_toml(const Config& config) {
 }
 
 std::uint64_t config_fingerprint(const Config& config) {
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a, 64 bit
-  auto mix = [&hash](const std::string& text) {
-    for (unsigned char c : text) {
-      hash ^= c;
-      hash *= 1099511628211ull;
-    }
-  };
+  std::uint64_t hash = kFnv1aOffset;
   for (const SectionSpec& section : all_sections()) {
     const void* values = section.locate_const(config);
-    for (const FieldSpec& field : section.fields) mix(section.name + "." + field.key + "=" + field.literal(values) + "\n");
+    for (const FieldSpec& field : section.fields) {
+      const std::string line = section.name + "." + field.key + "=" + field.literal(values) + "\n";
+      hash = fnv1a(line.data(), line.size(), hash);
+    }
   }
   return hash;
 }

@@ -9,7 +9,9 @@ RequestKind read_kind(runtime::ByteReader& r) {
   return static_cast<RequestKind>(kind);
 }
 
-void put_task(runtime::ByteWriter& w, const TaskSpec& t) {
+}  // namespace
+
+void write_task(runtime::ByteWriter& w, const TaskSpec& t) {
   w.put_string(t.family);
   w.put<std::int32_t>(t.difficulty);
   w.put(t.seed);
@@ -17,7 +19,7 @@ void put_task(runtime::ByteWriter& w, const TaskSpec& t) {
   w.put<std::int32_t>(t.max_turns);
 }
 
-TaskSpec get_task(runtime::ByteReader& r) {
+TaskSpec read_task(runtime::ByteReader& r) {
   TaskSpec t;
   t.family = r.get_string();
   t.difficulty = r.get<std::int32_t>();
@@ -27,14 +29,12 @@ TaskSpec get_task(runtime::ByteReader& r) {
   return t;
 }
 
-}  // namespace
-
 void EnvRequestMessage::encode(runtime::ByteWriter& w) const {
   const EnvRequest& q = request;
   w.put<std::uint8_t>(static_cast<std::uint8_t>(q.kind));
   w.put(q.request_id);
   w.put(q.session);
-  put_task(w, q.task);
+  write_task(w, q.task);
   w.put_string(q.action);
   w.put<std::uint8_t>(q.to_archive);
   w.put_vector(q.snapshot);
@@ -47,7 +47,7 @@ EnvRequestMessage EnvRequestMessage::decode(runtime::ByteReader& r) {
   q.kind = read_kind(r);
   q.request_id = r.get<std::uint64_t>();
   q.session = r.get<std::uint64_t>();
-  q.task = get_task(r);
+  q.task = read_task(r);
   q.action = r.get_string();
   q.to_archive = r.get<std::uint8_t>() != 0;
   q.snapshot = r.get_vector<std::uint8_t>();

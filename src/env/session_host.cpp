@@ -5,24 +5,16 @@
 #include <cmath>
 #include <thread>
 
+#include "moerl/core/hash.h"
 #include "moerl/env/external_environment.h"
 #include "moerl/env/task_family.h"
+#include "moerl/runtime/mailbox.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::env {
 namespace {
 
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
-std::uint64_t mix64(std::uint64_t x) {  // splitmix64 finaliser
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+double now_s() { return runtime::monotonic_seconds(); }
 
 enum class Fault { None, Crash, Hang };
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "moerl/env/env_messages.h"
 #include "moerl/runtime/wire.h"
 
 namespace moerl::env {
@@ -20,11 +21,7 @@ std::vector<std::uint8_t> SessionSnapshot::encode() const {
   w.put_string(kMagic);
   w.put(kVersion);
   w.put(session);
-  w.put_string(task.family);
-  w.put<std::int32_t>(task.difficulty);
-  w.put(task.seed);
-  w.put<std::uint8_t>(task.shaping == RewardShaping::Shaped);
-  w.put<std::int32_t>(task.max_turns);
+  write_task(w, task);
   w.put<std::uint64_t>(actions.size());
   for (const std::string& a : actions) w.put_string(a);
   w.put_vector(native);
@@ -44,11 +41,7 @@ SessionSnapshot SessionSnapshot::decode(const std::vector<std::uint8_t>& bytes) 
       throw Error("snapshot format version " + std::to_string(version) + ", expected " + std::to_string(kVersion));
     SessionSnapshot s;
     s.session = r.get<std::uint64_t>();
-    s.task.family = r.get_string();
-    s.task.difficulty = r.get<std::int32_t>();
-    s.task.seed = r.get<std::uint64_t>();
-    s.task.shaping = r.get<std::uint8_t>() ? RewardShaping::Shaped : RewardShaping::Sparse;
-    s.task.max_turns = r.get<std::int32_t>();
+    s.task = read_task(r);
     const auto count = r.get<std::uint64_t>();
     if (count > r.remaining()) throw Error("action count exceeds the snapshot size");
     for (std::uint64_t i = 0; i < count; ++i) s.actions.push_back(r.get_string());

@@ -20,10 +20,7 @@
 namespace moerl::learner {
 namespace {
 
-double now_s() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return runtime::monotonic_seconds(); }
 
 algo::PolicyLossOptions loss_options(const config::AlgoSection& a, std::int64_t max_tokens) {
   algo::PolicyLossOptions o;
@@ -44,13 +41,6 @@ algo::PolicyLossOptions loss_options(const config::AlgoSection& a, std::int64_t 
   o.kl_coef = a.kl_coef;
   o.entropy_coef = a.entropy_coef;
   return o;
-}
-
-sync::SyncOptions sync_options(const config::Config& config) {
-  sync::SyncOptions options;
-  options.bucket_bytes = static_cast<size_t>(config.sync.bucket_mb) << 20;
-  options.timeout_s = config.cluster.message_timeout_s;
-  return options;
 }
 
 std::string format_duration(double seconds) {
@@ -88,7 +78,7 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
                                                      world.layout().ranks_of(runtime::Role::Actor));
     MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
     publisher_ = std::make_unique<sync::WeightPublisher>(*sync_comm, sync::module_weight_views(*policy_),
-                                                         sync_options(config));
+                                                         sync::sync_options(config.sync, config.cluster.message_timeout_s));
   }
   if (!resume.empty()) {
     if (const auto state = load_checkpoint(config, resume, *policy_, optimizer_.get())) {

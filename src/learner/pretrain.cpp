@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "moerl/core/hash.h"
 #include "moerl/env/task_family.h"
 #include "moerl/env/task_mix.h"
 #include "moerl/model/tokenizer.h"
@@ -11,25 +12,18 @@
 namespace moerl::learner {
 namespace {
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 // Demonstration seeds: a range that neither RL training nor evaluation uses.
 constexpr std::uint64_t kDemoSeedBase = 1ull << 41;
 
 model::RenderedChat demonstration(const config::Config& config, std::uint64_t index) {
-  const std::string family = env::pick_family(config, mix(index + 17));
+  const std::string family = env::pick_family(config, mix64(index + 17));
   MOERL_CHECK(family != "external", "pretraining needs built-in families (the external family has no local expert)");
   const env::TaskSpec task = env::make_task(config, family, kDemoSeedBase + index);
   auto session = env::make_builtin_environment(family);
   std::vector<model::ChatMessage> messages;
   messages.push_back({model::Role::RoleUser, session->open(task)});
   for (std::uint64_t turn = 0; !session->done(); ++turn) {
-    const std::string action = session->expert_action(config.pretrain.expert_error_rate, mix(index * 1000 + turn));
+    const std::string action = session->expert_action(config.pretrain.expert_error_rate, mix64(index * 1000 + turn));
     messages.push_back({model::Role::RoleAssistant, action});
     const env::StepResult result = session->step(action);
     if (!result.done) messages.push_back({model::Role::RoleUser, result.observation});

@@ -67,10 +67,8 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       // the sync collectives matched.
       model::Policy policy = make_policy(config, init_path);
       comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
-      sync::SyncOptions options;
-      options.bucket_bytes = static_cast<size_t>(config.sync.bucket_mb) << 20;
-      options.timeout_s = config.cluster.message_timeout_s;
-      sync::WeightReceiver receiver(sync_comm, sync::module_weight_views(*policy), options);
+      sync::WeightReceiver receiver(sync_comm, sync::module_weight_views(*policy),
+                                    sync::sync_options(config.sync, config.cluster.message_timeout_s));
       while (!receiver.closed()) {
         if (receiver.poll()) receiver.apply();
         std::this_thread::sleep_for(std::chrono::milliseconds(1));

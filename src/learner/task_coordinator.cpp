@@ -3,6 +3,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "moerl/core/hash.h"
 #include "moerl/core/json_writer.h"
 #include "moerl/env/task_mix.h"
 
@@ -11,13 +12,6 @@ namespace {
 
 // Held-out seeds live far from the training seeds (which count up from the run seed).
 constexpr std::uint64_t kEvalSeedBase = 1ull << 40;
-
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
@@ -78,7 +72,7 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
     rollout::TaskGroup g;
     g.group_id = next_group_++;
     const std::uint64_t seed = next_seed_++;
-    g.task = env::make_task(config_, env::pick_family(config_, mix(seed)), seed);
+    g.task = env::make_task(config_, env::pick_family(config_, mix64(seed)), seed);
     g.size = group_size;
     g.min_version = std::max(min_version_floor_, config_.sync.asynchronous ? std::int64_t{0} : policy_version);
     groups.push_back(g);

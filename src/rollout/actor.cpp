@@ -14,13 +14,6 @@ namespace {
 
 using Tok = model::SpecialTokens;
 
-sync::SyncOptions sync_options(const config::Config& config) {
-  sync::SyncOptions options;
-  options.bucket_bytes = static_cast<size_t>(config.sync.bucket_mb) << 20;
-  options.timeout_s = config.cluster.message_timeout_s;
-  return options;
-}
-
 EngineOptions engine_options(const config::Config& config) {
   EngineOptions options;
   options.context_budget = config.rollout.max_tokens_per_episode;
@@ -45,7 +38,7 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
       mailbox_(mailbox),
       engine_(policy, engine_options(config)),
       env_(mailbox, env_worker_ranks(world)),
-      receiver_(sync_comm, sync::module_weight_views(*policy), sync_options(config)) {
+      receiver_(sync_comm, sync::module_weight_views(*policy), sync::sync_options(config.sync, config.cluster.message_timeout_s)) {
   moe_layers_ = policy->num_moe_layers();
   top_k_ = config.moe.enabled ? config.moe.top_k : 0;
   MOERL_CHECK(!config.moe.enabled || config.moe.num_experts <= 256,

@@ -2,28 +2,9 @@
 
 #include <algorithm>
 
+#include "moerl/env/env_messages.h"
+
 namespace moerl::rollout {
-namespace {
-
-void put_task(runtime::ByteWriter& w, const env::TaskSpec& t) {
-  w.put_string(t.family);
-  w.put<std::int32_t>(t.difficulty);
-  w.put(t.seed);
-  w.put<std::uint8_t>(t.shaping == env::RewardShaping::Shaped);
-  w.put<std::int32_t>(t.max_turns);
-}
-
-env::TaskSpec get_task(runtime::ByteReader& r) {
-  env::TaskSpec t;
-  t.family = r.get_string();
-  t.difficulty = r.get<std::int32_t>();
-  t.seed = r.get<std::uint64_t>();
-  t.shaping = r.get<std::uint8_t>() ? env::RewardShaping::Shaped : env::RewardShaping::Sparse;
-  t.max_turns = r.get<std::int32_t>();
-  return t;
-}
-
-}  // namespace
 
 void WorkRequest::encode(runtime::ByteWriter& w) const { w.put(free_slots); }
 WorkRequest WorkRequest::decode(runtime::ByteReader& r) { return {r.get<std::int32_t>()}; }
@@ -33,7 +14,7 @@ void TaskAssignment::encode(runtime::ByteWriter& w) const {
   w.put<std::uint64_t>(groups.size());
   for (const TaskGroup& g : groups) {
     w.put(g.group_id);
-    put_task(w, g.task);
+    env::write_task(w, g.task);
     w.put(g.size);
     w.put<std::uint8_t>(g.evaluation);
     w.put(g.min_version);
@@ -48,7 +29,7 @@ TaskAssignment TaskAssignment::decode(runtime::ByteReader& r) {
   for (std::uint64_t i = 0; i < count; ++i) {
     TaskGroup g;
     g.group_id = r.get<std::uint64_t>();
-    g.task = get_task(r);
+    g.task = env::read_task(r);
     g.size = r.get<std::int32_t>();
     g.evaluation = r.get<std::uint8_t>() != 0;
     g.min_version = r.get<std::int64_t>();
@@ -69,7 +50,7 @@ void Trajectory::encode(runtime::ByteWriter& w) const {
   w.put(episode_id);
   w.put(group_id);
   w.put(actor);
-  put_task(w, task);
+  env::write_task(w, task);
   w.put<std::uint8_t>(evaluation);
   w.put_vector(tokens);
   w.put_vector(generated);
@@ -91,7 +72,7 @@ Trajectory Trajectory::decode(runtime::ByteReader& r) {
   t.episode_id = r.get<std::uint64_t>();
   t.group_id = r.get<std::uint64_t>();
   t.actor = r.get<std::int32_t>();
-  t.task = get_task(r);
+  t.task = env::read_task(r);
   t.evaluation = r.get<std::uint8_t>() != 0;
   t.tokens = r.get_vector<std::int32_t>();
   t.generated = r.get_vector<std::uint8_t>();

@@ -8,6 +8,10 @@
 
 namespace moerl::env {
 
+// A TaskSpec on the wire (env requests, trajectories, session snapshots).
+void write_task(runtime::ByteWriter& w, const TaskSpec& task);
+TaskSpec read_task(runtime::ByteReader& r);
+
 struct EnvRequestMessage {
   static constexpr runtime::MessageType kType = runtime::MessageType::EnvRequest;
   EnvRequest request;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "moerl/comm/communicator.h"
+#include "moerl/config/sections.h"
 
 namespace moerl::sync {
 
@@ -39,6 +40,9 @@ struct SyncOptions {
   int root = 0;                      // the publisher's rank in the communicator
   int corrupt_bucket_for_test = -1;  // flips a byte of this bucket after checksumming
 };
+
+// Options of a run: [sync] bucket_mb and [cluster] message_timeout_s.
+SyncOptions sync_options(const config::SyncSection& sync, double timeout_s);
 
 struct SyncStats {
   std::int64_t version = -1;
