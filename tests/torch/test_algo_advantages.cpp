@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "algo_test_support.h"
 #include "moerl/algo/advantages.h"
 #include "moerl/algo/gae.h"
 #include "moerl/algo/token_batch.h"
@@ -16,24 +17,12 @@ namespace algo = moerl::algo;
 
 namespace {
 
-torch::Tensor f64(std::vector<double> v) {
-  return torch::tensor(v, torch::TensorOptions().dtype(torch::kDouble));
-}
-torch::Tensor i64(std::vector<std::int64_t> v) {
-  return torch::tensor(v, torch::TensorOptions().dtype(torch::kLong));
-}
+using algo_test::f64;
+using algo_test::i64;
 
-// Element-wise comparison that prints index, got and want on failure.
 void require_values(const std::string& what, const torch::Tensor& got, const std::vector<double>& want,
                     double tol = 1e-6) {
-  REQUIRE(got.dim() == 1);
-  REQUIRE(got.size(0) == static_cast<std::int64_t>(want.size()));
-  auto g = got.detach().to(torch::kCPU, torch::kDouble).contiguous();
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    const double a = g.data_ptr<double>()[i];
-    INFO(what << "[" << i << "]: got " << a << " want " << want[i]);
-    CHECK(std::abs(a - want[i]) <= tol);
-  }
+  algo_test::require_close_values(what, got, want, tol);
 }
 
 // Two groups interleaved (ids 7 and 3) plus a singleton group (id 9).

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "moerl/storage/checkpoint_file.h"
 #include "moerl/storage/checksum.h"
 #include "moerl/storage/hdf5_file.h"
@@ -21,22 +22,7 @@ using namespace moerl::storage;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("moerl_storage_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using moerl_test::TempDir;
 
 template <typename T>
 void add(CheckpointWriter& writer, const std::string& name, DType dtype, const Shape& shape,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "moerl/storage/archive.h"
 #include "moerl/storage/atomic_file.h"
 #include "moerl/storage/checkpoint_store.h"
@@ -20,21 +21,7 @@ using namespace moerl::storage;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("moerl_store_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string sub(const std::string& name) const { return (path / name).string(); }
-};
+using moerl_test::TempDir;
 
 // Writes version `version` as `shards` shards: rank r holds model/w<r> = version + r.
 void save(CheckpointStore& store, std::int64_t version, int shards = 1, bool complete = true) {
@@ -67,7 +54,7 @@ void corrupt_data(const std::string& path) {
 
 TEST_CASE("a saved version is complete, valid and latest", "[storage]") {
   TempDir dir;
-  CheckpointStore store(dir.sub("ckpt"));
+  CheckpointStore store(dir.file("ckpt"));
   save(store, 1);
   save(store, 2);
   CHECK(store.versions() == std::vector<std::int64_t>{1, 2});
@@ -87,7 +74,7 @@ TEST_CASE("a saved version is complete, valid and latest", "[storage]") {
   CHECK(store.resolve("v000001") == 1);
   CHECK(store.resolve("2") == 2);
   CHECK_THROWS_WITH(store.resolve("nosuchtag"), Catch::Contains("neither a version nor a tag"));
-  CHECK_THROWS_WITH(CheckpointStore(dir.sub("absent")).versions(), Catch::Contains("does not exist"));
+  CHECK_THROWS_WITH(CheckpointStore(dir.file("absent")).versions(), Catch::Contains("does not exist"));
 }
 
 TEST_CASE("a crash at each save point leaves the previous version in use", "[storage]") {
@@ -97,12 +84,12 @@ TEST_CASE("a crash at each save point leaves the previous version in use", "[sto
       DYNAMIC_SECTION(fault_point_name(point) << (action == FaultAction::Exit ? ":exit" : ":throw")) {
         TempDir dir;
         {
-          CheckpointStore store(dir.sub("ckpt"));
+          CheckpointStore store(dir.file("ckpt"));
           save(store, 1, 2);
         }
         StoreOptions options;
         options.faults = FaultInjection{point, action};
-        CheckpointStore faulty(dir.sub("ckpt"), options);
+        CheckpointStore faulty(dir.file("ckpt"), options);
         if (action == FaultAction::Throw) {
           CHECK_THROWS_AS(save(faulty, 2, 2), InjectedFault);
         } else {
@@ -120,7 +107,7 @@ TEST_CASE("a crash at each save point leaves the previous version in use", "[sto
           REQUIRE(WIFEXITED(status));
           CHECK(WEXITSTATUS(status) == kFaultExitStatus);
         }
-        CheckpointStore store(dir.sub("ckpt"));
+        CheckpointStore store(dir.file("ckpt"));
         CHECK(store.latest() == 1);
         CHECK(store.verify(1).valid);
         CHECK(store.resume_choice().version == 1);
@@ -143,7 +130,7 @@ TEST_CASE("a crash at each save point leaves the previous version in use", "[sto
         // Retention clears what the crash left, never v1.
         store.apply_retention(1);
         CHECK(store.verify(1).valid);
-        for (const auto& entry : fs::directory_iterator(dir.sub("ckpt"))) {
+        for (const auto& entry : fs::directory_iterator(dir.file("ckpt"))) {
           CHECK_FALSE(is_temporary_name(entry.path().filename().string()));
         }
       }
@@ -153,7 +140,7 @@ TEST_CASE("a crash at each save point leaves the previous version in use", "[sto
 
 TEST_CASE("a sharded version is incomplete without every shard", "[storage]") {
   TempDir dir;
-  CheckpointStore store(dir.sub("ckpt"));
+  CheckpointStore store(dir.file("ckpt"));
   save(store, 1, 3);
   CHECK(store.verify(1).valid);
   CHECK(store.num_shards(1) == 3);
@@ -175,7 +162,7 @@ TEST_CASE("a sharded version is incomplete without every shard", "[storage]") {
 
 TEST_CASE("corrupt versions are skipped by resume and refused by rollback", "[storage]") {
   TempDir dir;
-  CheckpointStore store(dir.sub("ckpt"));
+  CheckpointStore store(dir.file("ckpt"));
   save(store, 1);
   save(store, 2);
   save(store, 3);
@@ -203,7 +190,7 @@ TEST_CASE("corrupt versions are skipped by resume and refused by rollback", "[st
 
 TEST_CASE("tags name versions, rollback follows them, retention keeps them", "[storage]") {
   TempDir dir;
-  CheckpointStore store(dir.sub("ckpt"));
+  CheckpointStore store(dir.file("ckpt"));
   for (int v = 1; v <= 6; ++v) save(store, v);
   store.tag(2, "good");
   store.tag(3, "release-1.0");
@@ -233,9 +220,9 @@ TEST_CASE("tags name versions, rollback follows them, retention keeps them", "[s
 
 TEST_CASE("export writes the model arrays of every shard only", "[storage]") {
   TempDir dir;
-  CheckpointStore store(dir.sub("ckpt"));
+  CheckpointStore store(dir.file("ckpt"));
   save(store, 4, 2);
-  const std::string out = dir.sub("weights.h5");
+  const std::string out = dir.file("weights.h5");
   CHECK(store.export_weights(4, out) > 0);
   const CheckpointReader weights(out);
   REQUIRE(weights.arrays().size() == 2);
@@ -245,16 +232,16 @@ TEST_CASE("export writes the model arrays of every shard only", "[storage]") {
   CHECK(weights.int_attribute(attribute_key::kPolicyVersion) == 4);
   CHECK(weights.int_attribute("weights_only") == 1);
   weights.verify_all();
-  CHECK_THROWS_WITH(store.export_weights(4, dir.sub("x.h5"), "nothing/"), Catch::Contains("no arrays under"));
+  CHECK_THROWS_WITH(store.export_weights(4, dir.file("x.h5"), "nothing/"), Catch::Contains("no arrays under"));
 }
 
 TEST_CASE("archive copies run in the background and keep the archive's retention", "[storage]") {
   TempDir dir;
-  CheckpointStore store(dir.sub("ckpt"));
+  CheckpointStore store(dir.file("ckpt"));
   for (int v = 1; v <= 4; ++v) save(store, v, 2);
   store.tag(1, "first");
   std::vector<std::future<ArchiveResult>> copies;
-  Archiver archiver(dir.sub("ckpt"), dir.sub("archive"), /*keep_last=*/2);
+  Archiver archiver(dir.file("ckpt"), dir.file("archive"), /*keep_last=*/2);
   const auto start = std::chrono::steady_clock::now();
   for (int v = 1; v <= 4; ++v) copies.push_back(archiver.archive_copy(v));
   const auto queued = std::chrono::steady_clock::now() - start;
@@ -273,8 +260,8 @@ TEST_CASE("archive copies run in the background and keep the archive's retention
   corrupt_data(store.shard_path(4, 1));
   CHECK_THROWS_WITH(archiver.archive_copy(4).get(), Catch::Contains("not archiving v000004"));
 
-  std::ofstream(dir.sub("metrics.jsonl")) << "{\"step\": 1}\n";
-  const ArchiveResult file = archiver.archive_file(dir.sub("metrics.jsonl"), "logs/metrics.jsonl").get();
+  std::ofstream(dir.file("metrics.jsonl")) << "{\"step\": 1}\n";
+  const ArchiveResult file = archiver.archive_file(dir.file("metrics.jsonl"), "logs/metrics.jsonl").get();
   CHECK(file.bytes == 12);
-  CHECK(fs::exists(dir.sub("archive/logs/metrics.jsonl")));
+  CHECK(fs::exists(dir.file("archive/logs/metrics.jsonl")));
 }
