@@ -371,22 +371,20 @@ void Learner::record_staleness(const EpisodeBatch& batch, StepStats& st) const {
 
 void Learner::check_learners_agree() {
   // Data parallelism is only correct while every learner holds the same
-  // weights; a CRC of the parameter bytes, compared by min/max all-reduce,
-  // catches a divergence the step it happens.
+  // weights; every learner puts the CRC of its parameter bytes in its own
+  // slot, one all-reduce gathers them, and a divergence is caught the step
+  // it happens.
   if (learners_ == 1) return;
   std::uint32_t crc = 0;
   for (const auto& view : sync::module_weight_views(*policy_)) crc = storage::crc32c(view.data, view.bytes, crc);
-  double extremes[2] = {static_cast<double>(crc), -static_cast<double>(crc)};
-  // max(crc) and max(-crc) = -min(crc), in one all-reduce of two doubles via sums over one-hot slots.
-  std::vector<double> slots(2 * static_cast<size_t>(learners_), 0.0);
-  slots[2 * static_cast<size_t>(learner_comm_.rank())] = extremes[0];
-  slots[2 * static_cast<size_t>(learner_comm_.rank()) + 1] = extremes[1];
+  std::vector<double> slots(static_cast<size_t>(learners_), 0.0);
+  slots[static_cast<size_t>(learner_comm_.rank())] = static_cast<double>(crc);
   learner_comm_.allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);
   for (int r = 1; r < learners_; ++r)
-    if (slots[2 * static_cast<size_t>(r)] != slots[0])
+    if (slots[static_cast<size_t>(r)] != slots[0])
       throw Error("learners diverged after step " + std::to_string(step_) + ": learner " + std::to_string(r) +
                   " holds other weights than learner 0 (weights CRC " +
-                  std::to_string(static_cast<std::uint32_t>(slots[2 * static_cast<size_t>(r)])) + " vs " +
+                  std::to_string(static_cast<std::uint32_t>(slots[static_cast<size_t>(r)])) + " vs " +
                   std::to_string(static_cast<std::uint32_t>(slots[0])) + ")");
   telemetry::metrics().set("learner.weights_crc", slots[0]);
 }
