@@ -184,12 +184,12 @@ std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t&
 }
 
 void Learner::allreduce_gradients() {
-  // One flat buffer: every gradient, then the count of tokens this learner
-  // trained on (so all learners agree whether anyone had data).
+  // One flat buffer of every gradient (zeros where a parameter got none, e.g.
+  // an expert no token reached), averaged over the learners in one all-reduce.
+  if (learners_ == 1) return;
   std::vector<torch::Tensor> pieces;
   for (auto& p : policy_->parameters())
     pieces.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
-  if (learners_ == 1) return;
   torch::Tensor flat = torch::cat(pieces).contiguous();
   auto request = learner_comm_.allreduce_sum_async(flat.data_ptr(), static_cast<size_t>(flat.numel()), comm::DataType::Float32);
   serve_while([&] { return !request->test(); });
