@@ -361,7 +361,11 @@ void Learner::record_staleness(const EpisodeBatch& batch, StepStats& st) const {
   const torch::Tensor generated = batch.loss_mask > 0;
   if (!generated.any().item<bool>()) return;
   const torch::Tensor lag = (version_ - batch.versions.masked_select(generated)).to(torch::kFloat64);
-  st.staleness_mean = std::max(st.staleness_mean, lag.mean().item<double>());
+  // A running mean over the micro-batches' generated tokens.
+  const auto count = static_cast<double>(lag.numel());
+  st.staleness_mean = (st.staleness_mean * static_cast<double>(st.staleness_tokens) + lag.sum().item<double>()) /
+                      (static_cast<double>(st.staleness_tokens) + count);
+  st.staleness_tokens += lag.numel();
   st.staleness_max = std::max(st.staleness_max, lag.max().item<std::int64_t>());
   const torch::Tensor versions_behind = lag.to(torch::kInt64).contiguous();
   const std::int64_t* behind = versions_behind.data_ptr<std::int64_t>();

@@ -40,6 +40,7 @@ struct StepStats {
   std::int64_t tokens = 0;
   double staleness_mean = 0;
   std::int64_t staleness_max = 0;
+  std::int64_t staleness_tokens = 0;  // generated tokens behind staleness_mean
   std::int64_t dropped_groups = 0;    // too stale
   std::int64_t zero_variance_groups = 0;
   double loss = 0;
