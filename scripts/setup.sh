@@ -10,6 +10,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin   # MPI
   libhdf5-dev                  # checkpoints
   libspdlog-dev libcli11-dev catch2 libtomlplusplus-dev
+  libpcre2-dev libicu-dev       # BPE tokenizer: split regexes, NFC
 )
 
 missing=()
