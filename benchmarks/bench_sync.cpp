@@ -1,19 +1,28 @@
 // `mpirun -np N moerl bench sync`: weight publication (bucketed, checksummed,
 // version-fenced, through WeightPublisher/WeightReceiver) against a plain
 // MPI_Bcast of the same bytes, in the same job. Time is from a common start
-// (barrier) to the moment the last rank holds the bytes (max over ranks).
+// (barrier) to the moment the last rank holds the bytes in its parameters
+// (max over ranks; the receivers' apply() is included).
+//
+// Cases per size: "publish" (the learner's way: a snapshot copy, training
+// goes on meanwhile) and "publish_in_place" (buckets sent straight from the
+// parameters). Each reports where the time went: the publisher's time inside
+// publish(), the staging+checksum time on each side, and apply(). A
+// "checksum" case compares the bucket CRC-32C with the single-stream one.
 
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
+#include <numeric>
 #include <vector>
 
 #include "moerl/bench/registry.h"
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
+#include "moerl/storage/checksum.h"
+#include "moerl/sync/bucket_checksum.h"
 #include "moerl/sync/weight_sync.h"
 
 namespace {
@@ -36,19 +45,104 @@ double time_plain_bcast(std::vector<std::uint8_t>& bytes) {
   return slowest(now_s() - start);
 }
 
-double time_publication(moerl::comm::Communicator& comm, std::vector<std::uint8_t>& bytes, size_t bucket,
-                        std::int64_t version, moerl::sync::WeightPublisher* publisher,
+// One publication's timings, each the slowest rank's.
+struct Timing {
+  double total = 0, blocking = 0, publisher_checksum = 0, receiver_checksum = 0, apply = 0;
+};
+
+Timing time_publication(std::int64_t version, moerl::sync::WeightPublisher* publisher,
                         moerl::sync::WeightReceiver* receiver) {
   MPI_Barrier(MPI_COMM_WORLD);
   const double start = now_s();
+  double blocking = 0, publisher_checksum = 0, receiver_checksum = 0, apply = 0;
   if (publisher) {
     publisher->publish(version);
     publisher->finish();
+    blocking = publisher->last().blocking_s;
+    publisher_checksum = publisher->last().checksum_s;
   } else {
     receiver->wait_ready(600);
+    const double applying = now_s();
     receiver->apply();
+    apply = now_s() - applying;
+    receiver_checksum = receiver->last().checksum_s;
   }
-  return slowest(now_s() - start);
+  Timing t;
+  t.total = slowest(now_s() - start);
+  t.blocking = slowest(blocking);
+  t.publisher_checksum = slowest(publisher_checksum);
+  t.receiver_checksum = slowest(receiver_checksum);
+  t.apply = slowest(apply);
+  return t;
+}
+
+moerl::bench::BenchCase publication_case(moerl::comm::Communicator& comm, size_t bytes_total, size_t bucket,
+                                         bool snapshot, int repetitions) {
+  const int rank = comm.rank();
+  std::vector<std::uint8_t> weights(bytes_total);
+  std::iota(weights.begin(), weights.end(), static_cast<std::uint8_t>(rank));
+  std::vector<moerl::sync::WeightView> views{{"weights", weights.data(), weights.size()}};
+  moerl::sync::SyncOptions sync_options;
+  sync_options.bucket_bytes = bucket;
+  sync_options.timeout_s = 600;
+  sync_options.snapshot = snapshot;
+  std::unique_ptr<moerl::sync::WeightPublisher> publisher;
+  std::unique_ptr<moerl::sync::WeightReceiver> receiver;
+  if (rank == 0) {
+    publisher = std::make_unique<moerl::sync::WeightPublisher>(comm, views, sync_options);
+  } else {
+    receiver = std::make_unique<moerl::sync::WeightReceiver>(comm, views, sync_options);
+  }
+  Timing best;
+  best.total = 1e30;
+  double best_bcast = 1e30;
+  for (int r = 0; r < repetitions; ++r) {
+    const Timing t = time_publication(r + 1, publisher.get(), receiver.get());
+    if (t.total < best.total) best = t;
+    best_bcast = std::min(best_bcast, time_plain_bcast(weights));
+  }
+  if (publisher) publisher->close();
+  while (receiver && !receiver->closed()) receiver->poll();
+  const double gigabytes = static_cast<double>(bytes_total) / 1e9;
+  moerl::bench::BenchCase c;
+  c.name = snapshot ? "publish" : "publish_in_place";
+  c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)}, {"ranks", std::int64_t{comm.size()}},
+              {"bucket_bytes", static_cast<std::int64_t>(bucket)}};
+  c.metrics = {{"GB_per_s", gigabytes / best.total},
+               {"seconds", best.total},
+               {"publish_call_s", best.blocking},
+               {"stage_crc_s", best.publisher_checksum},
+               {"verify_s", best.receiver_checksum},
+               {"apply_s", best.apply}};
+  c.baseline = {{"GB_per_s", gigabytes / best_bcast}, {"seconds", best_bcast}};
+  c.ratio_metric = "GB_per_s";
+  return c;
+}
+
+// Bucket CRC-32C (three streams) against the single-stream hardware CRC.
+moerl::bench::BenchCase checksum_case(size_t bytes_total, int repetitions) {
+  std::vector<std::uint8_t> bytes(bytes_total);
+  std::iota(bytes.begin(), bytes.end(), std::uint8_t{7});
+  double best_fast = 1e30, best_single = 1e30;
+  std::uint32_t sink = 0;
+  for (int r = 0; r < repetitions; ++r) {
+    double t = now_s();
+    sink ^= moerl::sync::bucket_crc32c(bytes.data(), bytes.size());
+    best_fast = std::min(best_fast, now_s() - t);
+    t = now_s();
+    sink ^= moerl::storage::crc32c(bytes.data(), bytes.size());
+    best_single = std::min(best_single, now_s() - t);
+  }
+  MOERL_CHECK(sink == 0, "bucket CRC-32C and storage CRC-32C disagree");
+  const double gigabytes = static_cast<double>(bytes_total) / 1e9;
+  moerl::bench::BenchCase c;
+  c.name = "checksum";
+  c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)},
+              {"accelerated", moerl::sync::bucket_crc32c_accelerated()}};
+  c.metrics = {{"GB_per_s", gigabytes / best_fast}};
+  c.baseline = {{"GB_per_s", gigabytes / best_single}};
+  c.ratio_metric = "GB_per_s";
+  return c;
 }
 
 moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
@@ -66,41 +160,15 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
   const std::vector<size_t> sizes = options.quick ? std::vector<size_t>{size_t{1} << 20}
                                                   : std::vector<size_t>{size_t{4} << 20, size_t{64} << 20, size_t{256} << 20};
   const size_t bucket = size_t{4} << 20;
-  const int repetitions = options.quick ? 1 : 3;
+  const int repetitions = options.quick ? 1 : 5;
   moerl::comm::MpiCommunicator comm(MPI_COMM_WORLD, "bench sync group");
-  for (const size_t bytes_total : sizes) {
-    std::vector<std::uint8_t> weights(bytes_total, static_cast<std::uint8_t>(rank));
-    std::vector<moerl::sync::WeightView> views{{"weights", weights.data(), weights.size()}};
-    moerl::sync::SyncOptions sync_options;
-    sync_options.bucket_bytes = bucket;
-    sync_options.timeout_s = 600;
-    std::unique_ptr<moerl::sync::WeightPublisher> publisher;
-    std::unique_ptr<moerl::sync::WeightReceiver> receiver;
-    if (rank == 0) {
-      publisher = std::make_unique<moerl::sync::WeightPublisher>(comm, views, sync_options);
-    } else {
-      receiver = std::make_unique<moerl::sync::WeightReceiver>(comm, views, sync_options);
-    }
-    double best_sync = 1e30, best_bcast = 1e30;
-    for (int r = 0; r < repetitions; ++r) {
-      best_sync = std::min(best_sync, time_publication(comm, weights, bucket, r + 1, publisher.get(), receiver.get()));
-      best_bcast = std::min(best_bcast, time_plain_bcast(weights));
-    }
-    if (publisher) publisher->close();
-    while (receiver && !receiver->closed()) receiver->poll();
-    const double gigabytes = static_cast<double>(bytes_total) / 1e9;
-    moerl::bench::BenchCase c;
-    c.name = "publish";
-    c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)}, {"ranks", std::int64_t{size}},
-                {"bucket_bytes", static_cast<std::int64_t>(bucket)}};
-    c.metrics = {{"GB_per_s", gigabytes / best_sync}, {"seconds", best_sync}};
-    c.baseline = {{"GB_per_s", gigabytes / best_bcast}, {"seconds", best_bcast}};
-    c.ratio_metric = "GB_per_s";
-    report.cases.push_back(c);
-  }
+  if (rank == 0) report.cases.push_back(checksum_case(sizes.back(), repetitions));
+  for (const size_t bytes_total : sizes)
+    for (const bool snapshot : {true, false})
+      report.cases.push_back(publication_case(comm, bytes_total, bucket, snapshot, repetitions));
   return report;
 }
 
 }  // namespace
 
-MOERL_BENCHMARK("sync", "weight publication GB/s (buckets, CRC-32, version fence) vs plain MPI_Bcast; run under mpirun", run);
+MOERL_BENCHMARK("sync", "weight publication GB/s (buckets, CRC-32C, version fence) vs plain MPI_Bcast; run under mpirun", run);

@@ -1,6 +1,7 @@
 // (in src/comm so that it builds into moerl_core: it needs no LibTorch)
 #include "moerl/sync/weight_sync.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -8,7 +9,7 @@
 #include "moerl/core/hash.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/wire.h"
-#include "moerl/storage/checksum.h"
+#include "moerl/sync/bucket_checksum.h"
 
 namespace moerl::sync {
 namespace {
@@ -82,31 +83,59 @@ WeightPublisher::WeightPublisher(comm::Communicator& comm, std::vector<WeightVie
     : comm_(comm), views_(std::move(views)), options_(options), fingerprint_(layout_fingerprint(views_)) {
   MOERL_CHECK(comm_.rank() == options_.root, "WeightPublisher must run on the root rank of " + comm_.name());
   MOERL_CHECK(options_.bucket_bytes > 0, "[sync] bucket_bytes must be positive");
-  for (const WeightView& v : views_) total_bytes_ += v.bytes;
+  for (const WeightView& v : views_) {
+    view_offsets_.push_back(total_bytes_);
+    total_bytes_ += v.bytes;
+  }
   staging_.resize(total_bytes_);
 }
 
 WeightPublisher::~WeightPublisher() = default;
+
+const std::uint8_t* WeightPublisher::stage_bucket(size_t b) {
+  const size_t begin = b * options_.bucket_bytes;
+  const size_t end = std::min(begin + options_.bucket_bytes, total_bytes_);
+  const bool corrupt = static_cast<std::int64_t>(b) == options_.corrupt_bucket_for_test;
+  // The views the bucket touches: the last one starting at or before `begin`, onwards.
+  size_t v = static_cast<size_t>(std::upper_bound(view_offsets_.begin(), view_offsets_.end(), begin) -
+                                 view_offsets_.begin()) - 1;
+  const double started = now_s();
+  if (!options_.snapshot && !corrupt && end <= view_offsets_[v] + views_[v].bytes) {
+    // In place: the whole bucket lies inside one parameter.
+    const auto* source = static_cast<const std::uint8_t*>(views_[v].data) + (begin - view_offsets_[v]);
+    checksums_[b] = bucket_crc32c(source, end - begin);
+    last_.checksum_s += now_s() - started;
+    return source;
+  }
+  std::uint32_t crc = 0;
+  for (size_t at = begin; at < end; ++v) {
+    const size_t offset = at - view_offsets_[v];
+    const size_t n = std::min(views_[v].bytes - offset, end - at);
+    crc = copy_with_crc32c(staging_.data() + at, static_cast<const std::uint8_t*>(views_[v].data) + offset, n, crc);
+    at += n;
+  }
+  checksums_[b] = crc;
+  last_.copied_bytes += end - begin;
+  if (corrupt) staging_[begin] ^= 0x5A;
+  last_.checksum_s += now_s() - started;
+  return staging_.data() + begin;
+}
+
+void WeightPublisher::drive() {
+  while (!requests_.empty() && requests_.front()->test()) requests_.pop_front();
+}
 
 void WeightPublisher::publish(std::int64_t version) {
   MOERL_CHECK(!closed_, "publish after close");
   MOERL_CHECK(requests_.empty(), "publish of version " + std::to_string(version) +
                                      " while the previous publication is still in flight");
   started_ = now_s();
-  size_t at = 0;
-  for (const WeightView& v : views_) {
-    std::memcpy(staging_.data() + at, v.data, v.bytes);
-    at += v.bytes;
-  }
   const size_t buckets = bucket_count(total_bytes_, options_.bucket_bytes);
+  last_ = SyncStats{};
+  last_.version = version;
+  last_.bytes = total_bytes_;
+  last_.buckets = buckets;
   checksums_.assign(buckets, 0);
-  for (size_t b = 0; b < buckets; ++b) {
-    const size_t begin = b * options_.bucket_bytes;
-    const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
-    checksums_[b] = storage::crc32c(staging_.data() + begin, size);
-  }
-  if (options_.corrupt_bucket_for_test >= 0 && static_cast<size_t>(options_.corrupt_bucket_for_test) < buckets)
-    staging_[static_cast<size_t>(options_.corrupt_bucket_for_test) * options_.bucket_bytes] ^= 0x5A;
 
   HeaderFields header;
   header.version = version;
@@ -116,20 +145,23 @@ void WeightPublisher::publish(std::int64_t version) {
   header.buckets = buckets;
   header_bytes_ = encode_header(header);
   requests_.push_back(comm_.broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root));
-  if (buckets) {
-    requests_.push_back(comm_.broadcast_async(checksums_.data(), buckets * sizeof(std::uint32_t), comm::DataType::Byte,
-                                              options_.root));
-  }
+  // Each bucket leaves as soon as it is staged; staging the next one overlaps
+  // its transfer (the receivers pull it meanwhile).
   for (size_t b = 0; b < buckets; ++b) {
-    const size_t begin = b * options_.bucket_bytes;
-    const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
-    requests_.push_back(comm_.broadcast_async(staging_.data() + begin, size, comm::DataType::Byte, options_.root));
+    const size_t size = std::min(options_.bucket_bytes, total_bytes_ - b * options_.bucket_bytes);
+    const std::uint8_t* source = stage_bucket(b);
+    requests_.push_back(
+        comm_.broadcast_async(const_cast<std::uint8_t*>(source), size, comm::DataType::Byte, options_.root));
+    requests_.push_back(
+        comm_.broadcast_async(&checksums_[b], sizeof(std::uint32_t), comm::DataType::Byte, options_.root));
+    drive();
   }
-  last_ = SyncStats{version, total_bytes_, buckets, 0};
+  options_.corrupt_bucket_for_test = -1;
+  last_.blocking_s = now_s() - started_;
 }
 
 bool WeightPublisher::progress() {
-  while (!requests_.empty() && requests_.front()->test()) requests_.erase(requests_.begin());
+  drive();
   if (requests_.empty() && last_.seconds == 0 && last_.version >= 0) last_.seconds = now_s() - started_;
   if (!requests_.empty() && now_s() - started_ > options_.timeout_s)
     throw comm::CommTimeout("publication of weights version " + std::to_string(last_.version) + " in " +
@@ -139,7 +171,7 @@ bool WeightPublisher::progress() {
 }
 
 void WeightPublisher::finish() {
-  while (!progress()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  while (!progress()) std::this_thread::sleep_for(std::chrono::microseconds(20));
 }
 
 void WeightPublisher::close() {
@@ -169,6 +201,10 @@ void WeightReceiver::post_header() {
   header_request_ = comm_.broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root);
 }
 
+void WeightReceiver::refuse(std::string reason) {
+  if (refusal_.empty()) refusal_ = std::move(reason);
+}
+
 void WeightReceiver::start_buckets() {
   const HeaderFields h = decode_header(header_bytes_);
   if (h.magic != kHeaderMagic) throw SyncError("weight sync header with a bad magic number in " + comm_.name());
@@ -184,9 +220,9 @@ void WeightReceiver::start_buckets() {
   if (h.fingerprint != fingerprint_ || h.total_bytes != total_bytes_) {
     // Receive into a scratch buffer to stay in step with the publisher's
     // collectives, then refuse the version.
-    refusal_ = "weights version " + std::to_string(h.version) + " from the learner have another layout (" +
-               std::to_string(h.total_bytes) + " bytes) than this actor's model (" + std::to_string(total_bytes_) +
-               " bytes): different [model]/[moe] settings?";
+    refuse("weights version " + std::to_string(h.version) + " from the learner have another layout (" +
+           std::to_string(h.total_bytes) + " bytes) than this actor's model (" + std::to_string(total_bytes_) +
+           " bytes): different [model]/[moe] settings?");
     discard_.assign(h.total_bytes, 0);
     landing = discard_.data();
   }
@@ -194,28 +230,40 @@ void WeightReceiver::start_buckets() {
   started_ = now_s();
   checksums_.assign(h.buckets, 0);
   bucket_requests_.clear();
-  if (h.buckets)
-    bucket_requests_.push_back(comm_.broadcast_async(checksums_.data(), h.buckets * sizeof(std::uint32_t),
-                                                     comm::DataType::Byte, options_.root));
+  verified_buckets_ = 0;
   for (size_t b = 0; b < h.buckets; ++b) {
     const size_t begin = b * h.bucket_bytes;
     const size_t size = std::min<size_t>(h.bucket_bytes, h.total_bytes - begin);
     bucket_requests_.push_back(comm_.broadcast_async(landing + begin, size, comm::DataType::Byte, options_.root));
+    bucket_requests_.push_back(
+        comm_.broadcast_async(&checksums_[b], sizeof(std::uint32_t), comm::DataType::Byte, options_.root));
   }
-  last_ = SyncStats{h.version, total_bytes_, h.buckets, 0};
+  last_ = SyncStats{};
+  last_.version = h.version;
+  last_.bytes = total_bytes_;
+  last_.buckets = h.buckets;
   options_.bucket_bytes = h.bucket_bytes;
   header_request_.reset();
 }
 
-void WeightReceiver::verify() {
-  for (size_t b = 0; b < checksums_.size(); ++b) {
+// Verifies, in order, every bucket whose bytes and checksum have both landed;
+// the first failure refuses the version (the rest is received, not checked).
+void WeightReceiver::verify_landed_buckets() {
+  const size_t buckets = checksums_.size();
+  while (verified_buckets_ < buckets) {
+    const size_t b = verified_buckets_;
+    if (!bucket_requests_[2 * b]->test() || !bucket_requests_[2 * b + 1]->test()) return;
+    ++verified_buckets_;
+    if (!refusal_.empty()) continue;
     const size_t begin = b * options_.bucket_bytes;
     const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
-    const std::uint32_t got = storage::crc32c(staging_.data() + begin, size);
+    const double started = now_s();
+    const std::uint32_t got = bucket_crc32c(staging_.data() + begin, size);
+    last_.checksum_s += now_s() - started;
     if (got != checksums_[b])
-      throw SyncError("weights version " + std::to_string(incoming_version_) + ": bucket " + std::to_string(b) +
-                      " of " + std::to_string(checksums_.size()) + " failed its checksum (bytes " +
-                      std::to_string(begin) + ".." + std::to_string(begin + size) + "); version refused");
+      refuse("weights version " + std::to_string(incoming_version_) + ": bucket " + std::to_string(b) + " of " +
+             std::to_string(buckets) + " failed its checksum (bytes " + std::to_string(begin) + ".." +
+             std::to_string(begin + size) + "); version refused");
   }
 }
 
@@ -230,32 +278,25 @@ bool WeightReceiver::poll() {
     start_buckets();
     if (closed_) return ready_version_ > current_version_;
   }
-  while (!bucket_requests_.empty() && bucket_requests_.front()->test())
-    bucket_requests_.erase(bucket_requests_.begin());
-  if (!bucket_requests_.empty()) {
+  if (incoming_version_ < 0) return ready_version_ > current_version_;
+  verify_landed_buckets();
+  if (verified_buckets_ < checksums_.size()) {
     if (now_s() - started_ > options_.timeout_s)
       throw comm::CommTimeout("receiving weights version " + std::to_string(incoming_version_) + " in " +
-                              comm_.name() + " did not complete within " + std::to_string(options_.timeout_s) + " s");
+                              comm_.name() + " did not complete within " + std::to_string(options_.timeout_s) +
+                              " s (" + std::to_string(verified_buckets_) + " of " +
+                              std::to_string(checksums_.size()) + " buckets arrived)");
     return ready_version_ > current_version_;
   }
-  if (incoming_version_ >= 0) {
-    try {
-      if (!refusal_.empty()) throw SyncError(refusal_);
-      verify();
-    } catch (const SyncError&) {
-      // Refuse this version but stay in step with the publisher's collectives.
-      incoming_version_ = -1;
-      post_header();
-      throw;
-    }
-    ready_version_ = incoming_version_;
-    incoming_version_ = -1;
-    last_.seconds = now_s() - started_;
-    post_header();
-  }
+  // Every collective of this version has completed: refuse it or make it ready.
+  bucket_requests_.clear();
+  incoming_version_ = -1;
+  post_header();
+  if (!refusal_.empty()) throw SyncError(refusal_);
+  ready_version_ = last_.version;
+  last_.seconds = now_s() - started_;
   return ready_version_ > current_version_;
 }
-
 std::int64_t WeightReceiver::apply() {
   if (ready_version_ <= current_version_) return current_version_;
   size_t at = 0;

@@ -1,6 +1,8 @@
 // Weight publication from rank 0 to every other rank: each receiver ends with
-// exactly the published bytes of each version, never a mix; a corrupted bucket
-// is refused naming the bucket; a layout mismatch is refused; collectives time out.
+// exactly the published bytes of each version, never a mix (snapshot and
+// in-place sending); a corrupted bucket is refused naming the bucket, wherever
+// it sits in the pipeline, and the next version still arrives; a layout
+// mismatch is refused; collectives time out.
 
 #include <catch2/catch.hpp>
 #include <mpi.h>
@@ -73,17 +75,62 @@ TEST_CASE("every receiver gets every published version, whole and verified", "[s
   }
 }
 
-TEST_CASE("a corrupted bucket is refused and the version never applied", "[sync]") {
+TEST_CASE("buckets sent in place from the parameters arrive whole", "[sync]") {
+  // snapshot = false: buckets inside one parameter leave from its memory,
+  // buckets across parameters from staging; the receivers see the same bytes.
   comm::MpiCommunicator comm(MPI_COMM_WORLD, "test sync group");
   sync::SyncOptions options;
   options.bucket_bytes = 40000;
   options.timeout_s = 30;
+  options.snapshot = false;
   FakeParams params;
   if (comm.rank() == 0) {
-    options.corrupt_bucket_for_test = 3;
+    sync::WeightPublisher publisher(comm, params.views(), options);
+    for (std::int64_t v = 1; v <= 2; ++v) {
+      params.fill(v);
+      publisher.publish(v);
+      publisher.finish();
+      // Buckets 1..6 lie inside parameter b; 0 and 7 straddle parameters.
+      CHECK(publisher.last().copied_bytes == 40000 + (1000 + 77777 + 3) * 4 - 7 * 40000);
+    }
+    publisher.close();
+  } else {
+    sync::WeightReceiver receiver(comm, params.views(), options);
+    for (std::int64_t v = 1; v <= 2; ++v) {
+      REQUIRE(receiver.wait_ready(30));
+      CHECK(receiver.apply() == v);
+      FakeParams expected;
+      expected.fill(v);
+      CHECK(params.equals(expected));
+    }
+    while (!receiver.closed()) receiver.poll();
+  }
+}
+
+TEST_CASE("a corrupted bucket is refused and the version never applied", "[sync]") {
+  // The first, a middle and the last bucket: the pipeline verifies each one as
+  // it lands, so a failure is found with later buckets still in flight; the
+  // refusal comes once the version's collectives are done, and the next
+  // version is received and applied as usual.
+  const int corrupted = GENERATE(0, 3, 7);
+  const bool snapshot = GENERATE(true, false);
+  comm::MpiCommunicator comm(MPI_COMM_WORLD, "test sync group");
+  sync::SyncOptions options;
+  options.bucket_bytes = 40000;
+  options.timeout_s = 30;
+  options.snapshot = snapshot;
+  FakeParams params;
+  if (comm.rank() == 0) {
+    options.corrupt_bucket_for_test = corrupted;  // in the next publication only
     sync::WeightPublisher publisher(comm, params.views(), options);
     params.fill(7);
     publisher.publish(7);
+    publisher.finish();
+    FakeParams published;
+    published.fill(7);
+    CHECK(params.equals(published));  // the corruption is on the wire only, never in the parameters
+    params.fill(8);
+    publisher.publish(8);
     publisher.finish();
     publisher.close();
   } else {
@@ -96,16 +143,16 @@ TEST_CASE("a corrupted bucket is refused and the version never applied", "[sync]
     } catch (const sync::SyncError& e) {
       error = e.what();
     }
-    CHECK_THAT(error, Catch::Contains("weights version 7: bucket 3 of 8 failed its checksum"));
+    CHECK_THAT(error, Catch::Contains("weights version 7: bucket " + std::to_string(corrupted) +
+                                      " of 8 failed its checksum"));
     CHECK(receiver.current_version() == -1);
     CHECK(params.equals(untouched));
-    // Drain the closing header so the collectives stay matched.
-    while (!receiver.closed()) {
-      try {
-        receiver.poll();
-      } catch (const sync::SyncError&) {
-      }
-    }
+    REQUIRE(receiver.wait_ready(30));
+    CHECK(receiver.apply() == 8);
+    FakeParams expected;
+    expected.fill(8);
+    CHECK(params.equals(expected));
+    while (!receiver.closed()) receiver.poll();
   }
 }
 

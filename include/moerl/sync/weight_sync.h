@@ -2,22 +2,38 @@
 // Publishing new policy weights from learner 0 to the actors.
 //
 // A publication of version v is one header broadcast (version, layout
-// fingerprint, sizes), one broadcast of per-bucket CRC-32C checksums (hardware
-// instruction where available), then the weights
-// in buckets of [sync] bucket_bytes, all non-blocking. The publisher first
-// copies the parameters into a staging buffer, so training goes on while the
-// bytes travel. A receiver keeps a header broadcast posted at all times,
-// lands the buckets in its own staging buffer while it keeps generating
-// (poll() between decode steps drives the transfer), checks every bucket's
-// checksum, and only then marks the version ready: apply() copies it into the
-// live parameters between two decode steps. An actor never generates with a
-// half-received version.
+// fingerprint, sizes), then, for each bucket of [sync] bucket_mb of the
+// weights laid end to end, a broadcast of the bucket followed by a broadcast
+// of its CRC-32C; all non-blocking and pipelined:
+//
+//   publisher: stage+checksum bucket b+1 while bucket b travels
+//   receiver:  verify bucket b while bucket b+1 travels
+//
+// The publisher snapshots the parameters into a staging buffer (copying and
+// checksumming in one pass, bucket_checksum.h), so training goes on while the
+// bytes travel; publish() returns once the last bucket is posted. With
+// snapshot = false (the caller keeps the parameters unchanged until the
+// publication completes) a bucket that lies inside one parameter is sent
+// straight from the parameter's memory: no copy at all.
+//
+// A receiver keeps a header broadcast posted at all times, lands the buckets
+// in its own staging buffer while it keeps generating (poll() between decode
+// steps drives the transfer and verifies each bucket as it lands), and only
+// when every bucket has passed marks the version ready: apply() copies it into
+// the live parameters between two decode steps. An actor never generates with
+// a half-received version. A bucket that fails its checksum refuses the
+// version; the receiver still takes the rest of its buckets (into staging) so
+// that its collectives stay matched with the publisher's.
 //
 // Collectives on the sync communicator match in order, so the publisher and
 // every receiver must be constructed together and the publisher must close()
 // before the group is torn down (receivers then stop re-posting headers).
+//
+// Memory: the checksums run on host memory, so views must be host memory
+// (with an NCCL communicator too; device weights would need a device CRC).
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +54,10 @@ struct SyncOptions {
   size_t bucket_bytes = size_t{4} << 20;
   double timeout_s = 120.0;          // a publication must complete by then
   int root = 0;                      // the publisher's rank in the communicator
-  int corrupt_bucket_for_test = -1;  // flips a byte of this bucket after checksumming
+  // false: the caller leaves the parameters unchanged until the publication
+  // completes (finish() or progress() == true), so buckets go out without a copy.
+  bool snapshot = true;
+  int corrupt_bucket_for_test = -1;  // flips a byte of this bucket, after checksumming, in the next publication
 };
 
 // Options of a run: [sync] bucket_mb and [cluster] message_timeout_s.
@@ -49,6 +68,9 @@ struct SyncStats {
   size_t bytes = 0;
   size_t buckets = 0;
   double seconds = 0;               // publish() to completion (publisher) or header to ready (receiver)
+  double blocking_s = 0;            // publisher: time inside publish() (the caller's cost)
+  double checksum_s = 0;            // time spent staging and checksumming (publisher) or verifying (receiver)
+  size_t copied_bytes = 0;          // publisher: bytes copied into staging (0 when sent in place)
   double gigabytes_per_s() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 };
 
@@ -76,16 +98,21 @@ class WeightPublisher {
   const SyncStats& last() const { return last_; }
 
  private:
-  struct Header;
+  // Where bucket b's bytes leave from: the parameter itself (in place) or
+  // staging, after checksumming them into checksums_[b].
+  const std::uint8_t* stage_bucket(size_t b);
+  void drive();  // lets completed broadcasts go, oldest first
+
   comm::Communicator& comm_;
   std::vector<WeightView> views_;
+  std::vector<size_t> view_offsets_;  // flat offset of each view
   SyncOptions options_;
   std::uint64_t fingerprint_;
   size_t total_bytes_ = 0;
   std::vector<std::uint8_t> staging_;
   std::vector<std::uint32_t> checksums_;
   std::vector<std::uint8_t> header_bytes_;
-  std::vector<std::unique_ptr<comm::CommRequest>> requests_;
+  std::deque<std::unique_ptr<comm::CommRequest>> requests_;
   double started_ = 0;
   SyncStats last_;
   bool closed_ = false;
@@ -112,7 +139,8 @@ class WeightReceiver {
  private:
   void post_header();
   void start_buckets();
-  void verify();
+  void verify_landed_buckets();
+  void refuse(std::string reason);
 
   comm::Communicator& comm_;
   std::vector<WeightView> views_;
@@ -125,7 +153,9 @@ class WeightReceiver {
   std::string refusal_;
   std::vector<std::uint32_t> checksums_;
   std::unique_ptr<comm::CommRequest> header_request_;
+  // Two per bucket, in order: its bytes, then its checksum.
   std::vector<std::unique_ptr<comm::CommRequest>> bucket_requests_;
+  size_t verified_buckets_ = 0;
   std::int64_t incoming_version_ = -1;
   std::int64_t ready_version_ = -1;
   std::int64_t current_version_ = -1;
