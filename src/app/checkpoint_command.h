@@ -17,6 +17,10 @@ namespace CLI {
 class App;
 }
 
+namespace moerl::storage {
+class CheckpointStore;
+}
+
 namespace moerl::app {
 
 struct CheckpointOptions {
@@ -30,6 +34,8 @@ struct CheckpointOptions {
   int keep_last = 0;        // prune --keep K
   int shards = 1;           // write-sample --shards N
   bool no_latest = false;   // write-sample --no-latest: leave `latest` where it is
+  double shard_mb = 2048;   // export-hf --shard-mb: largest safetensors shard (MiB of tensor data)
+  std::string config_path;  // import-hf --config: a run config with an hf: model source
 };
 
 // Exit status: 0 success; 1 a checkpoint is invalid (verify) or an operation
@@ -40,5 +46,10 @@ int run_checkpoint(const CheckpointOptions& options);
 // Declares the subcommands and their options under `checkpoint_cmd`; the
 // chosen one's name lands in options.action.
 void add_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& options);
+
+// export-hf and the hidden import-hf (cmd_checkpoint_hf.cpp).
+void add_hf_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& options);
+int run_export_hf(const storage::CheckpointStore& store, const CheckpointOptions& options);
+int run_import_hf(storage::CheckpointStore& store, const CheckpointOptions& options);
 
 }  // namespace moerl::app

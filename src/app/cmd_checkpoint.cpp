@@ -168,6 +168,7 @@ int run_checkpoint(const CheckpointOptions& options) {
   try {
     CheckpointStore store(options.dir);
     if (options.action == "write-sample") return run_write_sample(options);
+    if (options.action == "import-hf") return run_import_hf(store, options);
     require_directory(options.dir);
     if (options.action == "list") return run_list(store);
     if (options.action == "verify") return run_verify(store, options.version);
@@ -186,6 +187,7 @@ int run_checkpoint(const CheckpointOptions& options) {
       return 0;
     }
     if (options.action == "prune") return run_prune(store, options.keep_last);
+    if (options.action == "export-hf") return run_export_hf(store, options);
     std::cerr << "moerl checkpoint: unknown action '" << options.action << "'\n";
     return 2;
   } catch (const storage::InjectedFault& error) {
@@ -228,6 +230,7 @@ void add_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& opt
   sample->add_option("--shards", options.shards, "Number of shards");
   sample->add_flag("--no-latest", options.no_latest, "Do not move latest");
   sample->group("");  // hidden from --help
+  add_hf_checkpoint_subcommands(checkpoint_cmd, options);
 }
 
 }  // namespace moerl::app

@@ -50,7 +50,21 @@ struct EnvPlayOptions {
   std::vector<std::string> overrides;
 };
 
+struct EvalOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string prompt;              // --prompt TEXT
+  std::string tokens;              // --tokens ID,ID,...: token ids instead of text
+  std::int64_t max_new_tokens = 32;
+  double temperature = 0.0;        // 0 = greedy
+  bool ignore_eos = false;         // keep generating past the end-of-sequence token
+  std::string init_path;           // --init: weights of the built-in model (moerl pretrain's output)
+  std::uint64_t seed = 1;
+  int threads = 0;
+};
+
 int run_train(const TrainOptions& options);
+int run_eval(const EvalOptions& options);
 int run_env_play(const EnvPlayOptions& options);
 int run_pretrain(const PretrainOptions& options);
 int run_config(const ConfigOptions& options);

@@ -12,17 +12,10 @@
 namespace {
 
 constexpr const char* kEvalHelp =
-    "Evaluate a policy on held-out task seeds. Arrives with the learner and checkpoint "
-    "modules; this build exits with status 3.";
+    "Load the configured policy ([model] source = \"hf:DIR\" or the built-in model with --init) "
+    "and continue a prompt; prints the prompt's NLL, the continuation and the load time.";
 constexpr const char* kCheckpointHelp =
     "List, verify, tag, roll back and export versioned HDF5 checkpoints (a store directory).";
-
-int unavailable(const std::string& command) {
-  std::cerr << "moerl " << command
-            << ": this subcommand is not in this build of moerl yet (see `moerl " << command
-            << " --help`)\n";
-  return 3;
-}
 
 }  // namespace
 
@@ -93,10 +86,20 @@ int main(int argc, char** argv) {
   env_bench_cmd->add_flag("--quick", env_bench.quick, "Fewer sessions and steps");
 
   auto* eval_cmd = app.add_subcommand("eval", kEvalHelp);
+  moerl::app::EvalOptions eval;
+  eval_cmd->add_option("-c,--config", eval.config_path, "TOML run configuration")->required()->check(CLI::ExistingFile);
+  eval_cmd->add_option("--set", eval.overrides, "Override a key: --set section.key=value (repeatable)");
+  eval_cmd->add_option("--prompt", eval.prompt, "Prompt text");
+  eval_cmd->add_option("--tokens", eval.tokens, "Prompt as token ids, comma-separated (instead of --prompt)");
+  eval_cmd->add_option("--max-new-tokens", eval.max_new_tokens, "Tokens to generate at most (default 32)");
+  eval_cmd->add_option("--temperature", eval.temperature, "Sampling temperature; 0 = greedy (default)");
+  eval_cmd->add_flag("--ignore-eos", eval.ignore_eos, "Do not stop at the end-of-sequence token");
+  eval_cmd->add_option("--init", eval.init_path, "Weights of the built-in model (moerl pretrain's output)");
+  eval_cmd->add_option("--seed", eval.seed, "Sampling seed");
+  eval_cmd->add_option("--threads", eval.threads, "Compute threads (default: all cores)");
   auto* checkpoint_cmd = app.add_subcommand("checkpoint", kCheckpointHelp);
   moerl::app::CheckpointOptions checkpoint;
   moerl::app::add_checkpoint_subcommands(*checkpoint_cmd, checkpoint);
-  eval_cmd->allow_extras();
 
   moerl::app::PretrainOptions pretrain;
   auto* pretrain_cmd = app.add_subcommand(
@@ -118,7 +121,7 @@ int main(int argc, char** argv) {
     env_bench.name = "env";
     return moerl::app::run_bench(env_bench);
   }
-  if (*eval_cmd) return unavailable("eval");
+  if (*eval_cmd) return moerl::app::run_eval(eval);
   if (*checkpoint_cmd) return moerl::app::run_checkpoint(checkpoint);
   if (*pretrain_cmd) return moerl::app::run_pretrain(pretrain);
   return 1;

@@ -10,6 +10,7 @@
 
 #include "moerl/config/schema.h"
 #include "moerl/core/hash.h"
+#include "moerl/hf/hf_config.h"
 
 namespace moerl::config {
 
@@ -106,6 +107,12 @@ class Loader {
     };
     std::stable_sort(issues_.begin(), issues_.end(),
                      [&order](const ConfigIssue& a, const ConfigIssue& b) { return order(a) < order(b); });
+    // [model] source = "hf:DIR": DIR/config.json sets the architecture keys.
+    try {
+      hf::apply_hf_source(config_);
+    } catch (const hf::HfConfigError& error) {
+      issues_.push_back(config_.issue("model.source", error.what()));
+    }
     check_cross_field();
     if (!issues_.empty()) throw ConfigError(issues_);
     return std::move(config_);
@@ -237,6 +244,9 @@ class Loader {
       require(m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads",
               "must divide num_heads (" + std::to_string(m.num_heads) + "), got " +
                   std::to_string(m.num_kv_heads));
+      require(m.head_dim % 2 == 0, "model.head_dim", "must be even for rotary embeddings");
+    }
+    if (m.num_heads > 0 && m.num_kv_heads > 0 && m.head_dim == 0) {
       require(m.d_model % m.num_heads == 0, "model.d_model",
               "must be a multiple of num_heads (" + std::to_string(m.num_heads) + "), got " +
                   std::to_string(m.d_model));

@@ -195,6 +195,19 @@ SectionSpec model_section() {
           "Share the token embedding with the LM head.");
   b.field("init_std", &ModelSection::init_std, "Standard deviation of the weight initialisation.")
       .greater_than(0);
+  b.field("source", &ModelSection::source,
+          "Where the model comes from: \"\" = the built-in model above; \"hf:DIR\" = a Hugging Face "
+          "model directory (config.json sets the architecture keys, *.safetensors the weights).");
+  b.field("head_dim", &ModelSection::head_dim, "Size of one attention head; 0 = d_model / num_heads.")
+      .at_least(0);
+  b.choice("qk_norm", &ModelSection::qk_norm,
+           {{"none", QkNorm::None}, {"head", QkNorm::PerHead}, {"full", QkNorm::Full}},
+           "RMSNorm on queries and keys before rotary: per head (Qwen3-MoE) or over all heads (OLMoE).");
+  b.field("qkv_bias", &ModelSection::qkv_bias, "Biases on the q, k and v projections.");
+  b.field("o_bias", &ModelSection::o_bias, "Bias on the attention output projection.");
+  b.field("sliding_window", &ModelSection::sliding_window,
+          "0 = full causal attention; else a query sees only the last this-many positions.")
+      .at_least(0);
   return spec;
 }
 
@@ -229,6 +242,14 @@ SectionSpec moe_section() {
   b.field("block_size", &MoeSection::block_size,
           "Pad each expert's token segment to a multiple of this (GPU tiling).")
       .between(1, 1024);
+  b.field("d_shared_expert", &MoeSection::d_shared_expert,
+          "Hidden size of the shared expert; 0 = shared_experts * d_expert.")
+      .at_least(0);
+  b.field("shared_expert_gate", &MoeSection::shared_expert_gate,
+          "Scale the shared expert's output by a learned per-token sigmoid gate (Qwen2-MoE).");
+  b.field("sparse_step", &MoeSection::sparse_step,
+          "After the first_dense_layers, layer l is an MoE layer when (l + 1) % sparse_step == 0.")
+      .at_least(1);
   return spec;
 }
 

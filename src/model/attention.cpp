@@ -12,7 +12,7 @@ namespace moerl::model {
 AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths,
                                     const std::vector<std::int64_t>& past,
                                     const std::vector<std::int64_t>& slots, std::int64_t max_new,
-                                    const torch::Device& device) {
+                                    const torch::Device& device, std::int64_t sliding_window) {
   const auto rows = static_cast<std::int64_t>(lengths.size());
   MOERL_CHECK(rows > 0, "AttentionBatch: empty batch");
   MOERL_CHECK(static_cast<std::int64_t>(past.size()) == rows,
@@ -57,29 +57,62 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths,
   const torch::Tensor query_pos =
       past_t.unsqueeze(1) + torch::arange(max_new, i64.device(device)).unsqueeze(0);  // [B, S]
   const torch::Tensor key_pos = torch::arange(batch.max_total, i64.device(device));  // [L]
-  const torch::Tensor allowed = key_pos.view({1, 1, -1}).le(query_pos.unsqueeze(2)) &
-                                key_pos.view({1, 1, -1}).lt(total_t.view({-1, 1, 1}));
+  torch::Tensor allowed = key_pos.view({1, 1, -1}).le(query_pos.unsqueeze(2)) &
+                          key_pos.view({1, 1, -1}).lt(total_t.view({-1, 1, 1}));
+  if (sliding_window > 0) {
+    allowed = allowed & key_pos.view({1, 1, -1}).gt(query_pos.unsqueeze(2) - sliding_window);
+  }
   batch.allowed = allowed.view({rows, 1, 1, max_new, batch.max_total});
   return batch;
 }
 
 AttentionImpl::AttentionImpl(const config::ModelSection& model)
-    : num_heads(model.num_heads), num_kv_heads(model.num_kv_heads), rope_theta(model.rope_theta) {
-  MOERL_CHECK(num_heads > 0 && model.d_model % num_heads == 0,
+    : num_heads(model.num_heads),
+      num_kv_heads(model.num_kv_heads),
+      rope_theta(model.rope_theta),
+      qk_norm_mode(model.qk_norm) {
+  MOERL_CHECK(num_heads > 0 && (model.head_dim > 0 || model.d_model % num_heads == 0),
               "model.d_model (" + std::to_string(model.d_model) +
-                  ") must be a multiple of model.num_heads (" + std::to_string(num_heads) + ")");
+                  ") must be a multiple of model.num_heads (" + std::to_string(num_heads) +
+                  ") unless model.head_dim is set");
   MOERL_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0,
               "model.num_kv_heads (" + std::to_string(num_kv_heads) +
                   ") must divide model.num_heads (" + std::to_string(num_heads) + ")");
-  head_dim = model.d_model / num_heads;
-  MOERL_CHECK(head_dim % 2 == 0, "head_dim = d_model / num_heads must be even for rotary embedding");
-  auto linear = [](std::int64_t in, std::int64_t out) {
-    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+  head_dim = attention_head_dim(model);
+  MOERL_CHECK(head_dim % 2 == 0, "the attention head size must be even for rotary embedding, got " +
+                                     std::to_string(head_dim));
+  auto linear = [](std::int64_t in, std::int64_t out, bool bias) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
   };
-  q_proj = register_module("q_proj", linear(model.d_model, num_heads * head_dim));
-  k_proj = register_module("k_proj", linear(model.d_model, num_kv_heads * head_dim));
-  v_proj = register_module("v_proj", linear(model.d_model, num_kv_heads * head_dim));
-  o_proj = register_module("o_proj", linear(num_heads * head_dim, model.d_model));
+  q_proj = register_module("q_proj", linear(model.d_model, num_heads * head_dim, model.qkv_bias));
+  k_proj = register_module("k_proj", linear(model.d_model, num_kv_heads * head_dim, model.qkv_bias));
+  v_proj = register_module("v_proj", linear(model.d_model, num_kv_heads * head_dim, model.qkv_bias));
+  o_proj = register_module("o_proj", linear(num_heads * head_dim, model.d_model, model.o_bias));
+  if (qk_norm_mode == config::QkNorm::PerHead) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim, model.norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim, model.norm_eps));
+  } else if (qk_norm_mode == config::QkNorm::Full) {
+    q_norm = register_module("q_norm", RMSNorm(num_heads * head_dim, model.norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(num_kv_heads * head_dim, model.norm_eps));
+  }
+}
+
+torch::Tensor AttentionImpl::project_query(const torch::Tensor& x) {
+  const std::int64_t T = x.size(0);
+  torch::Tensor q = q_proj(x);  // [T, H*D]
+  if (qk_norm_mode == config::QkNorm::Full) q = q_norm(q);
+  q = q.view({T, num_heads, head_dim});
+  if (qk_norm_mode == config::QkNorm::PerHead) q = q_norm(q);
+  return q;
+}
+
+torch::Tensor AttentionImpl::project_key(const torch::Tensor& x) {
+  const std::int64_t T = x.size(0);
+  torch::Tensor k = k_proj(x);  // [T, kvH*D]
+  if (qk_norm_mode == config::QkNorm::Full) k = k_norm(k);
+  k = k.view({T, num_kv_heads, head_dim});
+  if (qk_norm_mode == config::QkNorm::PerHead) k = k_norm(k);
+  return k;
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatch& batch,
@@ -91,8 +124,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatc
   MOERL_CHECK(T == batch.tokens, "attention: x has " + std::to_string(T) +
                                      " tokens, the batch describes " + std::to_string(batch.tokens));
 
-  const torch::Tensor q = apply_rotary(q_proj(x).view({T, num_heads, head_dim}), batch.positions, rope_theta);
-  const torch::Tensor k = apply_rotary(k_proj(x).view({T, num_kv_heads, head_dim}), batch.positions, rope_theta);
+  const torch::Tensor q = apply_rotary(project_query(x), batch.positions, rope_theta);
+  const torch::Tensor k = apply_rotary(project_key(x), batch.positions, rope_theta);
   const torch::Tensor v = v_proj(x).view({T, num_kv_heads, head_dim});
 
   // Keys/values in the padded [B, L, kv_heads, head_dim] layout.

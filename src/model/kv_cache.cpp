@@ -1,5 +1,7 @@
 #include "moerl/model/kv_cache.h"
 
+#include "moerl/model/attention.h"
+
 #include <algorithm>
 #include <functional>
 #include <limits>
@@ -11,13 +13,12 @@ KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options
                  std::int64_t initial_slots, std::int64_t initial_capacity)
     : num_layers_(model.num_layers),
       num_kv_heads_(model.num_kv_heads),
-      head_dim_(model.num_heads > 0 ? model.d_model / model.num_heads : 0),
+      head_dim_(attention_head_dim(model)),
       max_seq_len_(model.max_seq_len),
       options_(options) {
   MOERL_CHECK(initial_slots > 0 && initial_capacity > 0,
               "KVCache needs positive initial slots and capacity");
-  MOERL_CHECK(model.num_heads > 0 && model.d_model % model.num_heads == 0,
-              "KVCache: d_model must be a multiple of num_heads");
+  MOERL_CHECK(model.num_heads > 0 && head_dim_ > 0, "KVCache: the model needs heads of a positive size");
   const std::int64_t capacity = std::min(initial_capacity, max_seq_len_);
   init(initial_slots, initial_slots * blocks_for(capacity));
   table_width_ = std::max<std::int64_t>(1, blocks_for(capacity));
@@ -27,7 +28,7 @@ KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options
                  const PagedCacheOptions& paged)
     : num_layers_(model.num_layers),
       num_kv_heads_(model.num_kv_heads),
-      head_dim_(model.num_heads > 0 ? model.d_model / model.num_heads : 0),
+      head_dim_(attention_head_dim(model)),
       max_seq_len_(model.max_seq_len),
       block_size_(paged.block_size),
       max_blocks_(paged.max_blocks),
@@ -35,8 +36,7 @@ KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options
   MOERL_CHECK(paged.block_size > 0, "KVCache: block_size must be positive");
   MOERL_CHECK(paged.max_blocks >= 0 && paged.initial_blocks >= 0 && paged.initial_slots > 0,
               "KVCache: initial/max blocks must be >= 0 and initial slots > 0");
-  MOERL_CHECK(model.num_heads > 0 && model.d_model % model.num_heads == 0,
-              "KVCache: d_model must be a multiple of num_heads");
+  MOERL_CHECK(model.num_heads > 0 && head_dim_ > 0, "KVCache: the model needs heads of a positive size");
   std::int64_t initial = paged.initial_blocks > 0 ? paged.initial_blocks : 4;
   if (max_blocks_ > 0) initial = std::min(initial, max_blocks_);
   init(paged.initial_slots, initial);

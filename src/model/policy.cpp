@@ -1,5 +1,6 @@
 #include "moerl/model/policy.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "moerl/core/error.h"
@@ -36,6 +37,12 @@ torch::Tensor PolicyOutput::unpack(const torch::Tensor& packed, double fill) con
 
 // ---------------------------------------------------------------- layer
 
+bool is_moe_layer(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t layer) {
+  (void)model;
+  if (!moe.enabled || layer < moe.first_dense_layers) return false;
+  return (layer + 1) % std::max<std::int64_t>(moe.sparse_step, 1) == 0;
+}
+
 DecoderLayerImpl::DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe,
                                    std::int64_t index)
     : layer_index(index) {
@@ -43,7 +50,7 @@ DecoderLayerImpl::DecoderLayerImpl(const config::ModelSection& model, const conf
   self_attn = register_module("self_attn", Attention(model));
   post_attention_layernorm =
       register_module("post_attention_layernorm", RMSNorm(model.d_model, model.norm_eps));
-  if (moe.enabled && index >= moe.first_dense_layers) {
+  if (is_moe_layer(model, moe, index)) {
     moe_mlp = register_module("mlp", moe::MoeFeedForward(model, moe));
   } else {
     dense_mlp = register_module("mlp", SwiGluFeedForward(model.d_model, model.d_ff));
@@ -144,8 +151,8 @@ PolicyOutput PolicyImpl::forward(const torch::Tensor& tokens, const torch::Tenso
   MOERL_CHECK(tokens.size(1) <= model_.max_seq_len,
               "policy: sequence width " + std::to_string(tokens.size(1)) +
                   " exceeds model.max_seq_len = " + std::to_string(model_.max_seq_len));
-  const AttentionBatch batch = AttentionBatch::make(
-      lens, std::vector<std::int64_t>(lens.size(), 0), {}, tokens.size(1), tokens.device());
+  const AttentionBatch batch = AttentionBatch::make(lens, std::vector<std::int64_t>(lens.size(), 0), {},
+                                                   tokens.size(1), tokens.device(), model_.sliding_window);
   return run(tokens, batch, nullptr, forced_experts);
 }
 
@@ -162,7 +169,8 @@ PolicyOutput PolicyImpl::forward_cached(const torch::Tensor& tokens, const torch
   // Allocates the blocks the new positions need (throws before any change
   // when max_seq_len would be exceeded or a capped pool is full).
   cache.prepare(sequences, lens);
-  const AttentionBatch batch = AttentionBatch::make(lens, past, slots, tokens.size(1), tokens.device());
+  const AttentionBatch batch =
+      AttentionBatch::make(lens, past, slots, tokens.size(1), tokens.device(), model_.sliding_window);
   PolicyOutput out = run(tokens, batch, &cache, forced_experts);
   cache.advance(sequences, lens);  // only after the whole step succeeded
   return out;

@@ -95,8 +95,13 @@ MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model,
       "gate", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, moe.num_experts).bias(false)));
   experts = register_module("experts", MoeExperts(moe.num_experts, model.d_model, moe.d_expert));
   if (moe.shared_experts > 0) {
-    shared_expert = register_module("shared_expert",
-                                    SwiGlu(model.d_model, moe.shared_experts * moe.d_expert));
+    const std::int64_t d_shared =
+        moe.d_shared_expert > 0 ? moe.d_shared_expert : moe.shared_experts * moe.d_expert;
+    shared_expert = register_module("shared_expert", SwiGlu(model.d_model, d_shared));
+    if (moe.shared_expert_gate) {
+      shared_expert_gate = register_module(
+          "shared_expert_gate", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, 1).bias(false)));
+    }
   }
   torch::NoGradGuard no_grad;
   const double std_in = model.init_std, std_out = down_std(model);
@@ -109,6 +114,13 @@ MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model,
     shared_expert->up_proj->weight.normal_(0, std_in);
     shared_expert->down_proj->weight.normal_(0, std_out);
   }
+  if (shared_expert_gate) shared_expert_gate->weight.normal_(0, std_in);
+}
+
+torch::Tensor shared_expert_output(MoeFeedForwardImpl& layer, const torch::Tensor& x) {
+  torch::Tensor y = layer.shared_expert->forward(x);
+  if (layer.shared_expert_gate) y = torch::sigmoid(layer.shared_expert_gate(x)) * y;
+  return y;
 }
 
 MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x, const torch::Tensor& forced_experts) {
@@ -123,7 +135,7 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x, const torch::Tenso
                                    experts->down_proj, plan);               // [R, d_model]
   MoeOutput out;
   out.hidden = combine(expert_out, r.gates.to(x.scalar_type()), plan);     // [T, d_model]
-  if (shared_expert) out.hidden = out.hidden + shared_expert->forward(x);
+  if (shared_expert) out.hidden = out.hidden + shared_expert_output(*this, x);
   out.expert_indices = r.expert_indices;
   out.aux_loss = (moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss)
                      .to(x.scalar_type());
@@ -173,7 +185,7 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
     y.index_add_(0, token, ys * w);
   }
   MoeOutput out;
-  out.hidden = layer.shared_expert ? y + layer.shared_expert->forward(x) : y;
+  out.hidden = layer.shared_expert ? y + shared_expert_output(layer, x) : y;
   out.expert_indices = r.expert_indices;
   out.aux_loss = (moe.aux_loss_weight * r.balance_loss + moe.z_loss_weight * r.z_loss)
                      .to(x.scalar_type());

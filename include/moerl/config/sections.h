@@ -33,6 +33,10 @@ struct ClusterSection {
   double shutdown_timeout_s = 10.0;      // how long a clean stop may take before abort
 };
 
+// QK-norm variants: per head over head_dim (Qwen3-MoE), or over the whole
+// projection of all heads (OLMoE).
+enum class QkNorm { None, PerHead, Full };
+
 // [model]: the decoder-only transformer. Sizes default to a small model that
 // trains on a CPU.
 struct ModelSection {
@@ -47,6 +51,14 @@ struct ModelSection {
   double norm_eps = 1e-6;
   bool tie_embeddings = false;
   double init_std = 0.02;
+  // Architecture features of imported Hugging Face models (src/hf/); the
+  // defaults are the built-in model's.
+  std::string source = "";              // "" = built-in; "hf:DIR" = config.json + safetensors in DIR
+  std::int64_t head_dim = 0;            // 0 = d_model / num_heads
+  QkNorm qk_norm = QkNorm::None;        // RMSNorm on queries and keys before rotary
+  bool qkv_bias = false;                // biases on q_proj, k_proj, v_proj (Qwen2-MoE)
+  bool o_bias = false;                  // bias on o_proj
+  std::int64_t sliding_window = 0;      // 0 = full causal attention; else keys within this many positions
 };
 
 enum class RouterMode { SoftmaxThenTopK, TopKThenSoftmax };
@@ -65,6 +77,9 @@ struct MoeSection {
   double z_loss_weight = 0.001;         // router z-loss
   double capacity_factor = 0.0;         // 0 = dropless; else per-expert capacity factor
   std::int64_t block_size = 1;          // pad each expert's segment to a multiple of this
+  std::int64_t d_shared_expert = 0;     // hidden size of the shared expert; 0 = shared_experts * d_expert
+  bool shared_expert_gate = false;      // sigmoid(x . w) scales the shared expert's output (Qwen2-MoE)
+  std::int64_t sparse_step = 1;         // after the dense prefix, layer l is MoE when (l + 1) % sparse_step == 0
 };
 
 enum class LogLevel { Trace, Debug, Info, Warn, Error };

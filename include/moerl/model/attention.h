@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "moerl/config/sections.h"
+#include "moerl/model/rms_norm.h"
 
 namespace moerl::model {
 
@@ -36,11 +37,19 @@ struct AttentionBatch {
 
   // lengths: new tokens per row (each >= 1, at most max_new); past: cached
   // positions per row (all 0 without a cache); slots: empty without a cache.
+  // sliding_window > 0: query position p sees only keys at p - window < j <= p
+  // (the Mistral/Mixtral convention).
   static AttentionBatch make(const std::vector<std::int64_t>& lengths,
                              const std::vector<std::int64_t>& past,
                              const std::vector<std::int64_t>& slots, std::int64_t max_new,
-                             const torch::Device& device);
+                             const torch::Device& device, std::int64_t sliding_window = 0);
 };
+
+// model.head_dim, or d_model / num_heads when that is 0.
+inline std::int64_t attention_head_dim(const config::ModelSection& model) {
+  if (model.head_dim > 0) return model.head_dim;
+  return model.num_heads > 0 ? model.d_model / model.num_heads : 0;
+}
 
 class AttentionImpl : public torch::nn::Module {
  public:
@@ -51,14 +60,24 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const AttentionBatch& batch, KVCache* cache,
                         std::int64_t layer);
 
+  // x [T, d_model] -> [T, heads, head_dim] before rotary, QK-norm applied.
+  torch::Tensor project_query(const torch::Tensor& x);
+  torch::Tensor project_key(const torch::Tensor& x);
+
   std::int64_t num_heads;
   std::int64_t num_kv_heads;
   std::int64_t head_dim;
   double rope_theta;
+  config::QkNorm qk_norm_mode;
+  // Biases ([out]) exist when model.qkv_bias / model.o_bias say so.
   torch::nn::Linear q_proj{nullptr};  // weight [num_heads * head_dim, d_model]
   torch::nn::Linear k_proj{nullptr};  // weight [num_kv_heads * head_dim, d_model]
   torch::nn::Linear v_proj{nullptr};  // weight [num_kv_heads * head_dim, d_model]
   torch::nn::Linear o_proj{nullptr};  // weight [d_model, num_heads * head_dim]; residual output
+  // QK-norm (null without): weight [head_dim] per head (Qwen3-MoE), or
+  // [num_heads * head_dim] / [num_kv_heads * head_dim] over the projection (OLMoE).
+  RMSNorm q_norm{nullptr};
+  RMSNorm k_norm{nullptr};
 };
 TORCH_MODULE(Attention);
 

@@ -5,8 +5,9 @@
 //   tokens -> embed_tokens -> N x DecoderLayer -> norm -> lm_head -> logits
 //   DecoderLayer: h = x + self_attn(input_layernorm(x))
 //                 y = h + mlp(post_attention_layernorm(h))
-//   mlp is a dense SwiGLU for layers < moe.first_dense_layers (or every layer
-//   when moe.enabled is false), else the MoE feed-forward.
+//   mlp is the MoE feed-forward in the layers is_moe_layer() names (from
+//   moe.first_dense_layers on, every moe.sparse_step-th), else a dense SwiGLU
+//   (every layer when moe.enabled is false).
 //
 // Ragged batches. Inputs are right-padded [B, S] token ids plus the number of
 // real tokens per row; the model computes on the T real tokens only
@@ -15,11 +16,12 @@
 // lays them out as [B, S, ...] again.
 //
 // Parameter names and their Hugging Face checkpoint names (Mixtral,
-// Qwen2-MoE; HF prefixes all but lm_head with "model."):
+// Qwen2-MoE, Qwen3-MoE, OLMoE; HF prefixes all but lm_head with "model."):
 //   embed_tokens.weight                        [V, d]     model.embed_tokens.weight
 //   layers.N.input_layernorm.weight            [d]        same name
-//   layers.N.self_attn.{q,k,v,o}_proj.weight              same names (no biases:
-//                                                         Qwen's q/k/v biases are not modelled)
+//   layers.N.self_attn.{q,k,v,o}_proj.weight              same names
+//   layers.N.self_attn.{q,k,v,o}_proj.bias                same names (model.qkv_bias / o_bias)
+//   layers.N.self_attn.{q,k}_norm.weight                  same names (model.qk_norm)
 //   layers.N.post_attention_layernorm.weight   [d]        same name
 //   dense layer:  layers.N.mlp.{gate,up,down}_proj.weight same names (Llama/Qwen dense MLP)
 //   MoE layer:    layers.N.mlp.gate.weight     [E, d]     Qwen: mlp.gate.weight;
@@ -28,6 +30,7 @@
 //                   Qwen mlp.experts.e.{gate,up,down}_proj.weight,
 //                   Mixtral block_sparse_moe.experts.e.{w1,w3,w2}.weight
 //                 layers.N.mlp.shared_expert.*          Qwen mlp.shared_expert.*
+//                 layers.N.mlp.shared_expert_gate.weight [1, d]  same name (moe.shared_expert_gate)
 //   norm.weight                                [d]        model.norm.weight
 //   lm_head.weight                             [V, d]     lm_head.weight (absent when tied)
 // hf_checkpoint_names() spells this out per parameter.
@@ -67,7 +70,13 @@ struct PolicyOutput {
   torch::Tensor unpack(const torch::Tensor& packed, double fill = 0.0) const;
 };
 
+// Qwen2-MoE, Qwen3-MoE and OLMoE share the CheckpointQwenMoe names.
 enum class CheckpointFamily { CheckpointMixtral, CheckpointQwenMoe };
+
+// Whether decoder layer `layer` has the MoE feed-forward: moe.enabled, at or
+// past moe.first_dense_layers, and (layer + 1) % moe.sparse_step == 0 (the
+// Qwen-MoE decoder_sparse_step rule).
+bool is_moe_layer(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t layer);
 
 struct DecoderLayerOutput {
   torch::Tensor hidden;    // [T, d_model]

@@ -16,9 +16,10 @@
 //   shared_expert.gate_proj.weight [S*d_expert, d_model]  (Qwen2-MoE shared_expert.*,
 //   shared_expert.up_proj.weight   [S*d_expert, d_model]   S = moe.shared_experts;
 //   shared_expert.down_proj.weight [d_model, S*d_expert]   absent when S = 0)
-// Qwen2-MoE's per-token sigmoid `shared_expert_gate` [1, d_model] is not
-// modelled: the shared expert's output is added with weight 1, so importing a
-// Qwen2-MoE checkpoint exactly would need that gate added here.
+//   shared_expert_gate.weight      [1, d_model]  (Qwen2-MoE; moe.shared_expert_gate):
+//     the shared expert's output is scaled by sigmoid(x . w) per token
+//     (without the gate it is added with weight 1). The shared expert's
+//     hidden size is moe.d_shared_expert, or S*d_expert when that is 0.
 // Router equivalences: Mixtral = SoftmaxThenTopK with renormalize (identical to
 // TopKThenSoftmax); Qwen2-MoE = SoftmaxThenTopK, renormalize = norm_topk_prob.
 
@@ -82,6 +83,7 @@ class MoeFeedForwardImpl : public torch::nn::Module {
   torch::nn::Linear gate{nullptr};       // router, weight [E, d_model]
   MoeExperts experts{nullptr};
   SwiGlu shared_expert{nullptr};         // null when moe.shared_experts == 0
+  torch::nn::Linear shared_expert_gate{nullptr};  // weight [1, d_model]; null without the gate
 
  private:
   config::MoeSection moe_;
@@ -99,6 +101,10 @@ TORCH_MODULE(MoeFeedForward);
 // token order are kept).
 MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& x,
                                 const torch::Tensor& forced_experts = torch::Tensor());
+
+// The shared expert's contribution: shared_expert(x), scaled per token by
+// sigmoid(shared_expert_gate(x)) when the layer has that gate. [T, d_model].
+torch::Tensor shared_expert_output(MoeFeedForwardImpl& layer, const torch::Tensor& x);
 
 // Capacity of one expert for a batch of T tokens: ceil(capacity_factor*T*k/E),
 // or -1 (unbounded, dropless) when capacity_factor <= 0.
