@@ -193,6 +193,51 @@ def pre_tokens(tok, text: str) -> list:
     return [bytes(BYTE_OF_CHAR[c] for c in piece).decode("utf-8") for piece, _ in pieces]
 
 
+def add_random_merges(path: str, count: int = 1500, seed: int = 8) -> None:
+    """Stresses the merge order: merges of random adjacent parts of the
+    held-out text's pre-tokens, interleaved at random ranks among the trained
+    ones, so that overlapping candidate pairs compete everywhere."""
+    import random
+
+    from tokenizers import Tokenizer
+
+    rng = random.Random(seed)
+    tok = Tokenizer.from_file(path)
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    vocab, merges = data["model"]["vocab"], data["model"]["merges"]
+    pieces = [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(HELD_OUT_TEXT))]
+    pieces = [p for p in pieces if len(p) >= 2]
+    next_id = max(vocab.values()) + 1
+    new = []
+    while len(new) < count:
+        word = rng.choice(pieces)
+        i = rng.randrange(0, len(word) - 1)
+        j = rng.randrange(i + 1, min(len(word), i + 4))
+        k = rng.randrange(j + 1, min(len(word), j + 4) + 1)
+        left, right = word[i:j], word[j:k]
+        if left in vocab and right in vocab and left + right not in vocab:
+            vocab[left + right] = next_id
+            next_id += 1
+            new.append([left, right])
+    for pair in new:
+        merges.insert(rng.randrange(0, len(merges) + 1), pair)
+    for token in data["added_tokens"]:  # added tokens after the vocabulary, as trained
+        if token["content"] not in vocab:
+            token["id"] = next_id
+            next_id += 1
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False)
+
+
+def compact(path: str) -> None:
+    """Rewrites a JSON file without indentation (the fixtures stay < 300 KB)."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False, separators=(",", ":"))
+
+
 def record(tok, text: str) -> dict:
     tok.encode_special_tokens = False
     ids = tok.encode(text, add_special_tokens=False).ids
@@ -216,9 +261,13 @@ def make(name: str) -> None:
     out = os.path.join(OUT_DIR, name)
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, "tokenizer.json")
-    build(name).save(path, pretty=True)
+    build("qwen2" if name == "random_merges" else name).save(path, pretty=True)
     if name == "gpt2":
         rewrite_merges_as_strings(path)
+    if name == "random_merges":
+        add_random_merges(path)
+    if name in ("llama3", "random_merges"):
+        compact(path)  # only qwen2 and gpt2 stay indented: the C++ tests edit their text
     tok = Tokenizer.from_file(path)  # what is recorded is what the saved file does
     held_out = record(tok, HELD_OUT_TEXT)
     # Each id of the held-out text alone: partial UTF-8 sequences come back
@@ -232,7 +281,7 @@ def make(name: str) -> None:
         "single_id_decodes": single,
     }
     with open(os.path.join(out, "expected.json"), "w", encoding="utf-8") as f:
-        json.dump(expected, f, ensure_ascii=False, indent=1)
+        json.dump(expected, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")
     print(f"{name}: vocab {expected['vocab_size']}, held-out text {len(HELD_OUT_TEXT)} chars "
           f"-> {len(held_out['ids'])} tokens")
@@ -240,7 +289,7 @@ def make(name: str) -> None:
 
 def main() -> None:
     ensure_venv()
-    for name in ["qwen2", "gpt2", "llama3"]:
+    for name in ["qwen2", "gpt2", "llama3", "random_merges"]:
         make(name)
 
 

@@ -23,7 +23,8 @@ using moerl::model::Role;
 
 namespace {
 
-const char* const kFixtures[] = {"qwen2", "gpt2", "llama3"};
+// random_merges: Qwen2 plus 1500 merges interleaved at random ranks (stresses merge order).
+const char* const kFixtures[] = {"qwen2", "gpt2", "llama3", "random_merges"};
 
 std::string fixture_path(const std::string& name, const std::string& file) {
   return std::string(MOERL_SOURCE_DIR) + "/tests/parity/fixtures/tokenizer/" + name + "/" + file;
@@ -74,7 +75,7 @@ TEST_CASE("BPE encodings and decodings match the reference on held-out text", "[
     const JsonValue expected = JsonValue::parse(read_text(fixture_path(name, "expected.json")));
     CHECK(tokenizer.vocab_size() == static_cast<std::int64_t>(expected.at("vocab_size").as_number()));
     check_case(tokenizer, expected.at("held_out"));
-    CHECK(expected.at("held_out").at("ids").as_array().size() > 300);  // the fixture is not empty
+    CHECK(expected.at("held_out").at("ids").as_array().size() > 200);  // the fixture is not empty
     for (const JsonValue& recorded : expected.at("edge_cases").as_array()) check_case(tokenizer, recorded);
     // Single ids of the held-out text: partial UTF-8 sequences come back as U+FFFD.
     for (const auto& [id, text] : expected.at("single_id_decodes").as_object()) {
