@@ -280,6 +280,18 @@ def make(name: str) -> None:
         "edge_cases": [record(tok, t) for t in EDGE_TEXTS],
         "single_id_decodes": single,
     }
+    if name == "gpt2":
+        # The same file with the pre-tokenizer's add_prefix_space = true (the
+        # C++ test makes that one edit): ids only, to keep the fixture small.
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        data["pre_tokenizer"]["add_prefix_space"] = True
+        prefixed = Tokenizer.from_str(json.dumps(data))
+        expected["with_prefix_space"] = [
+            {"text": t, "ids": prefixed.encode(t, add_special_tokens=False).ids,
+             "pre_tokens": pre_tokens(prefixed, t)}
+            for t in [HELD_OUT_TEXT] + EDGE_TEXTS
+        ]
     with open(os.path.join(out, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(expected, f, ensure_ascii=False, separators=(",", ":"))
         f.write("\n")

@@ -88,6 +88,25 @@ TEST_CASE("BPE encodings and decodings match the reference on held-out text", "[
   }
 }
 
+TEST_CASE("BPE ByteLevel add_prefix_space matches the reference", "[bpe]") {
+  // The GPT-2 fixture with one edit; the reference prepends the space to
+  // every piece between added tokens.
+  std::string json = read_text(fixture_path("gpt2", "tokenizer.json"));
+  const std::string from = "\"add_prefix_space\": false";
+  REQUIRE(json.find(from) != std::string::npos);
+  json.replace(json.find(from), from.size(), "\"add_prefix_space\": true");
+  const BpeTokenizer tokenizer = BpeTokenizer::from_json(json, "gpt2 with add_prefix_space");
+  const JsonValue expected = JsonValue::parse(read_text(fixture_path("gpt2", "expected.json")));
+  for (const JsonValue& recorded : expected.at("with_prefix_space").as_array()) {
+    const std::string& text = recorded.at("text").as_string();
+    INFO("text: " << text);
+    std::vector<std::string> pre_tokens;
+    for (const JsonValue& piece : recorded.at("pre_tokens").as_array()) pre_tokens.push_back(piece.as_string());
+    CHECK(tokenizer.pre_tokenize(text) == pre_tokens);
+    CHECK(tokenizer.encode(text) == ids_of(recorded.at("ids")));
+  }
+}
+
 TEST_CASE("BPE special and added tokens", "[bpe]") {
   const BpeTokenizer tokenizer = BpeTokenizer::from_file(fixture_path("qwen2", "tokenizer.json"));
   const std::int64_t im_start = tokenizer.token_id("<|im_start|>").value();
