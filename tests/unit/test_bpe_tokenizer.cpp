@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "moerl/core/json_value.h"
 #include "moerl/model/bpe_tokenizer.h"
@@ -155,6 +156,32 @@ TEST_CASE("BPE round-trips arbitrary bytes, invalid UTF-8 included", "[bpe]") {
     CHECK(tokenizer.decode(alone) == invalid);
     CHECK(moerl::model::utf8_lossy(tokenizer.decode(ids)) == word_a + "\xEF\xBF\xBD" + word_b);
   }
+}
+
+TEST_CASE("BPE encodes the same from several threads and past the word cache's size", "[bpe]") {
+  const BpeTokenizer tokenizer = BpeTokenizer::from_file(fixture_path("random_merges", "tokenizer.json"));
+  const JsonValue expected = JsonValue::parse(read_text(fixture_path("random_merges", "expected.json")));
+  const std::string& text = expected.at("held_out").at("text").as_string();
+  const std::vector<std::int64_t> reference = ids_of(expected.at("held_out").at("ids"));
+  // 80k distinct words: more than the cache holds, so it is cleared mid-text.
+  std::string many_words;
+  for (int i = 0; i < 80000; ++i) {
+    many_words += ' ';
+    for (int v = i; v > 0 || many_words.back() == ' '; v /= 26) many_words += static_cast<char>('a' + v % 26);
+  }
+  std::vector<int> mismatches(2, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        if (tokenizer.encode(text) != reference) ++mismatches[t];
+        if (round == 10 && t == 0 && tokenizer.decode(tokenizer.encode(many_words)) != many_words) ++mismatches[t];
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  CHECK(mismatches == std::vector<int>{0, 0});
+  CHECK(tokenizer.encode(text) == reference);
 }
 
 TEST_CASE("utf8_lossy replaces maximal invalid subsequences like Rust's from_utf8_lossy", "[bpe]") {

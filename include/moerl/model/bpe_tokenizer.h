@@ -22,6 +22,13 @@
 // decode returns the exact bytes of the tokens. The reference returns the
 // same bytes passed through Rust's String::from_utf8_lossy; utf8_lossy()
 // below reproduces that when the reference's string is wanted.
+//
+// Differences from the reference, all outside what GPT-2/Qwen2/Llama-3 files
+// use: added tokens with lstrip/rstrip/single_word are refused at load;
+// added tokens marked "normalized" are matched in the raw text, not the
+// normalized one (the same for NFC-stable contents such as ASCII); decode
+// throws for unknown ids and encode for a byte without a token (and no
+// unk_token), where the reference drops them.
 
 #include <cstdint>
 #include <memory>
