@@ -257,7 +257,7 @@ void load_model(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValu
     const std::int32_t id = json.id(value, path);
     set_id(impl, json, path, id, token, IdKind::IdVocab);
     std::string bytes;
-    if (alphabet().bytes_of(token, bytes)) impl.word_id.emplace(bytes, id);
+    if (impl.ignore_merges && alphabet().bytes_of(token, bytes)) impl.word_id.emplace(bytes, id);
   }
   for (int b = 0; b < 256; ++b) {
     const auto it = impl.token_to_id.find(alphabet().char_of_byte[b]);

@@ -280,6 +280,16 @@ def make(name: str) -> None:
         "edge_cases": [record(tok, t) for t in EDGE_TEXTS],
         "single_id_decodes": single,
     }
+    if name == "random_merges":
+        # The same file with ignore_merges = true (Llama-3's setting): words
+        # in the vocabulary whose random merges would split them differently.
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        data["model"]["ignore_merges"] = True
+        whole = Tokenizer.from_str(json.dumps(data))
+        expected["with_ignore_merges"] = [
+            {"text": t, "ids": whole.encode(t, add_special_tokens=False).ids} for t in [HELD_OUT_TEXT] + EDGE_TEXTS
+        ]
     if name == "gpt2":
         # The same file with the pre-tokenizer's add_prefix_space = true (the
         # C++ test makes that one edit): ids only, to keep the fixture small.

@@ -108,6 +108,26 @@ TEST_CASE("BPE ByteLevel add_prefix_space matches the reference", "[bpe]") {
   }
 }
 
+TEST_CASE("BPE ignore_merges matches the reference", "[bpe]") {
+  // Random merges split some vocabulary words differently from the whole
+  // word; with ignore_merges (as Llama-3 sets it) the whole word wins.
+  std::string json = read_text(fixture_path("random_merges", "tokenizer.json"));
+  const std::string from = "\"ignore_merges\":false";
+  REQUIRE(json.find(from) != std::string::npos);
+  json.replace(json.find(from), from.size(), "\"ignore_merges\":true");
+  const BpeTokenizer tokenizer = BpeTokenizer::from_json(json, "random_merges with ignore_merges");
+  const BpeTokenizer merging = BpeTokenizer::from_file(fixture_path("random_merges", "tokenizer.json"));
+  const JsonValue expected = JsonValue::parse(read_text(fixture_path("random_merges", "expected.json")));
+  int differ = 0;
+  for (const JsonValue& recorded : expected.at("with_ignore_merges").as_array()) {
+    const std::string& text = recorded.at("text").as_string();
+    INFO("text: " << text);
+    CHECK(tokenizer.encode(text) == ids_of(recorded.at("ids")));
+    differ += tokenizer.encode(text) != merging.encode(text);
+  }
+  CHECK(differ > 0);  // the setting is exercised
+}
+
 TEST_CASE("BPE special and added tokens", "[bpe]") {
   const BpeTokenizer tokenizer = BpeTokenizer::from_file(fixture_path("qwen2", "tokenizer.json"));
   const std::int64_t im_start = tokenizer.token_id("<|im_start|>").value();
