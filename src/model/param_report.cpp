@@ -98,20 +98,28 @@ ParameterReport parameter_report(PolicyImpl& policy) {
 ParameterReport expected_parameter_report(const config::ModelSection& model, const config::MoeSection& moe) {
   ParameterReport report = empty_report();
   const std::int64_t d = model.d_model;
-  const std::int64_t head_dim = d / model.num_heads;
+  const std::int64_t head_dim = attention_head_dim(model);
+  const std::int64_t q = model.num_heads * head_dim, kv = model.num_kv_heads * head_dim;
   const std::int64_t embed = model.vocab_size * d;
   add(report, "embedding", embed, embed);
   if (!model.tie_embeddings) add(report, "lm_head", embed, embed);
-  const std::int64_t attention =
-      d * model.num_heads * head_dim * 2 + d * model.num_kv_heads * head_dim * 2;  // q, o + k, v
+  std::int64_t attention = d * q * 2 + d * kv * 2;  // q, o + k, v
+  if (model.qkv_bias) attention += q + 2 * kv;
+  if (model.o_bias) attention += d;
+  if (model.qk_norm == config::QkNorm::PerHead) attention += 2 * head_dim;
+  if (model.qk_norm == config::QkNorm::Full) attention += q + kv;
+  const std::int64_t d_shared =
+      moe.d_shared_expert > 0 ? moe.d_shared_expert : moe.shared_experts * moe.d_expert;
   for (std::int64_t l = 0; l < model.num_layers; ++l) {
     add(report, "attention", attention, attention);
     add(report, "norms", 2 * d, 2 * d);
-    if (moe.enabled && l >= moe.first_dense_layers) {
+    if (is_moe_layer(model, moe, l)) {
       const std::int64_t expert = 3 * d * moe.d_expert;
       add(report, "router", moe.num_experts * d, moe.num_experts * d);
       add(report, "routed_experts", moe.num_experts * expert, moe.top_k * expert);
-      add(report, "shared_experts", moe.shared_experts * expert, moe.shared_experts * expert);
+      std::int64_t shared = moe.shared_experts > 0 ? 3 * d * d_shared : 0;
+      if (moe.shared_experts > 0 && moe.shared_expert_gate) shared += d;
+      add(report, "shared_experts", shared, shared);
     } else {
       add(report, "dense_ffn", 3 * d * model.d_ff, 3 * d * model.d_ff);
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "moerl/core/error.h"
+#include "moerl/hf/hf_weights.h"
 
 namespace moerl::model {
 
@@ -11,11 +12,6 @@ namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-void replace_first(std::string& s, const std::string& from, const std::string& to) {
-  const auto pos = s.find(from);
-  if (pos != std::string::npos) s.replace(pos, from.size(), to);
 }
 
 }  // namespace
@@ -231,31 +227,13 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
 
 std::vector<std::string> hf_checkpoint_names(const std::string& parameter_name,
                                              std::int64_t num_experts, CheckpointFamily family) {
+  // One mapping for the whole code base: hf/hf_weights.h's, which export and
+  // import use.
   const bool mixtral = family == CheckpointFamily::CheckpointMixtral;
-  if (parameter_name == "lm_head.weight") return {parameter_name};
-  std::string name = "model." + parameter_name;
-  const bool moe_param = name.find(".mlp.gate.") != std::string::npos ||
-                         name.find(".mlp.experts.") != std::string::npos ||
-                         name.find(".mlp.shared_expert.") != std::string::npos;
-  if (!moe_param) return {name};  // embed, norms, attention, dense mlp: same names
-  if (mixtral) {
-    MOERL_CHECK(name.find(".mlp.shared_expert.") == std::string::npos,
-                "Mixtral checkpoints have no shared expert: " + parameter_name);
-    replace_first(name, ".mlp.", ".block_sparse_moe.");
-  }
-  const auto experts_pos = name.find(".experts.");
-  if (experts_pos == std::string::npos) return {name};
-  // Stacked experts: layers.N.mlp.experts.<proj> -> one name per expert.
-  const std::string prefix = name.substr(0, experts_pos + 9);  // "...experts."
-  std::string proj = name.substr(experts_pos + 9);
-  if (mixtral) {
-    if (proj == "gate_proj") proj = "w1";
-    else if (proj == "down_proj") proj = "w2";
-    else if (proj == "up_proj") proj = "w3";
-  }
-  std::vector<std::string> names;
-  for (std::int64_t e = 0; e < num_experts; ++e) names.push_back(prefix + std::to_string(e) + "." + proj + ".weight");
-  return names;
+  MOERL_CHECK(!mixtral || parameter_name.find(".mlp.shared_expert") == std::string::npos,
+              "Mixtral checkpoints have no shared expert: " + parameter_name);
+  return hf::hf_tensor_names(parameter_name, num_experts,
+                             mixtral ? hf::Architecture::Mixtral : hf::Architecture::Qwen2Moe);
 }
 
 }  // namespace moerl::model

@@ -16,6 +16,7 @@
 #include "moerl/hf/hf_weights.h"
 #include "moerl/hf/policy_loader.h"
 #include "moerl/hf/safetensors.h"
+#include "moerl/model/param_report.h"
 #include "moerl/storage/atomic_file.h"
 
 using namespace moerl;
@@ -309,5 +310,21 @@ TEST_CASE("hf load: BF16 and F16 files load as their float32 values", "[hf]") {
       INFO(a[i].key());
       CHECK(torch::equal(a[i].value().to(torch_dtype).to(torch::kFloat), b[i].value()));
     }
+  }
+}
+
+TEST_CASE("hf models: the analytic parameter count covers every architecture feature", "[hf]") {
+  for (const char* name : kArchitectures) {
+    INFO("architecture " << name);
+    const config::Config config = hf_config(kFixtures + name);
+    model::Policy policy(config.model, config.moe);
+    const model::ParameterReport counted = model::parameter_report(*policy);
+    const model::ParameterReport expected = model::expected_parameter_report(config.model, config.moe);
+    for (const model::ParameterCount& c : counted.components) {
+      INFO("component " << c.component);
+      CHECK(c.total == expected.component(c.component).total);
+      CHECK(c.active == expected.component(c.component).active);
+    }
+    CHECK(counted.total == expected.total);
   }
 }
