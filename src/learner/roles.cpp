@@ -7,6 +7,7 @@
 
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/env/env_worker.h"
+#include "moerl/hf/policy_loader.h"
 #include "moerl/learner/learner.h"
 #include "moerl/learner/pretrain.h"
 #include "moerl/model/param_report.h"
@@ -17,10 +18,12 @@
 namespace moerl::learner {
 namespace {
 
-// Every rank builds the same initial policy: same seed, or the same file.
+// Every rank builds the same initial policy: same seed, the same file, or
+// the same Hugging Face model ([model] source = "hf:DIR").
 model::Policy make_policy(const config::Config& config, const std::string& init_path) {
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
-  model::Policy policy(config.model, config.moe);
+  model::Policy policy = hf::hf_directory(config.model.source).empty() ? model::Policy(config.model, config.moe)
+                                                                       : hf::load_hf_policy(config);
   if (!init_path.empty()) load_policy(policy, init_path);
   return policy;
 }
