@@ -25,6 +25,7 @@ int run_bench(const BenchOptionsCli& options) {
     bench::BenchOptions bench_options;
     bench_options.quick = options.quick;
     bench_options.threads = options.threads;
+    bench_options.args = options.args;
     bench::BenchReport report = entry->run(bench_options);
     if (report.quiet) return 0;
     report.bench = entry->name;

@@ -37,6 +37,7 @@ struct BenchOptionsCli {
   bool quick = false;
   bool list = false;
   int threads = 0;
+  std::vector<std::string> args;  // the benchmark's own options (e.g. bench e2e --config F)
 };
 
 struct EnvPlayOptions {

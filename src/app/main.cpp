@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
   bench_cmd->add_flag("--quick", bench.quick, "Small sizes and one repetition (smoke test)");
   bench_cmd->add_option("--threads", bench.threads, "Compute threads (default: as configured by the environment)");
   bench_cmd->add_flag("--list", bench.list, "List the benchmarks");
+  bench_cmd->allow_extras();  // the benchmark's own options, e.g. bench e2e --config F --set k=v
 
   moerl::app::EnvPlayOptions play;
   auto* env_cmd = app.add_subcommand("env", "Environments: play a session, benchmark the task families");
@@ -115,7 +116,10 @@ int main(int argc, char** argv) {
     config.action = *check_cmd ? "check" : *show_cmd ? "show" : *get_cmd ? "get" : "reference";
     return moerl::app::run_config(config);
   }
-  if (*bench_cmd) return moerl::app::run_bench(bench);
+  if (*bench_cmd) {
+    bench.args = bench_cmd->remaining();
+    return moerl::app::run_bench(bench);
+  }
   if (*play_cmd) return moerl::app::run_env_play(play);
   if (*env_bench_cmd) {
     env_bench.name = "env";

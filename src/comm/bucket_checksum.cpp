@@ -12,40 +12,50 @@
 #endif
 
 namespace moerl::sync {
+namespace {
+
+constexpr std::uint32_t kPolynomial = 0x82F63B78u;  // CRC-32C, reflected
+
+// Polynomials mod P in the reflected form of CRC registers: bit 31 is x^0.
+std::uint32_t multiply_mod_p(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t product = 0;
+  for (std::uint32_t bit = 1u << 31; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b & 1u) ? (b >> 1) ^ kPolynomial : b >> 1;  // b *= x
+  }
+  return product;
+}
+
+// x^(2^k) mod P for k = 0..63 (enough for any buffer below 2^60 bytes).
+struct PowersOfX {
+  std::array<std::uint32_t, 64> x_2k{};
+  PowersOfX() {
+    x_2k[0] = 1u << 30;  // x^1
+    for (std::size_t k = 1; k < x_2k.size(); ++k) x_2k[k] = multiply_mod_p(x_2k[k - 1], x_2k[k - 1]);
+  }
+};
+
+const PowersOfX& powers() {
+  static const PowersOfX table;
+  return table;
+}
+
+}  // namespace
+
+// The register `crc` carried over `bytes` zero bytes: crc * x^(8 bytes) mod P.
+std::uint32_t crc32c_shift(std::uint32_t crc, std::size_t bytes) {
+  const PowersOfX& p = powers();
+  std::uint32_t x_n = 1u << 31;  // x^0
+  for (std::size_t k = 3; bytes != 0; bytes >>= 1, ++k)
+    if (bytes & 1) x_n = multiply_mod_p(p.x_2k[k], x_n);
+  return multiply_mod_p(x_n, crc);
+}
 
 #ifdef MOERL_BUCKET_CRC_X86
 namespace {
 
-// Each of the three streams covers this many bytes of a block. Large enough
-// that the two shifts per block cost nothing; small enough that a 40 kB
-// bucket still takes the fast path.
-constexpr std::size_t kStream = 4096;
-constexpr std::size_t kBlock = 3 * kStream;
-
-// The CRC register (no pre/post inversion) after `zeros` zero bytes.
-__attribute__((target("sse4.2"))) std::uint32_t feed_zeros(std::uint32_t crc, std::size_t zeros) {
-  std::uint64_t c = crc;
-  for (std::size_t i = 0; i < zeros; i += 8) c = _mm_crc32_u64(c, 0);
-  return static_cast<std::uint32_t>(c);
-}
-
-// shift(v) = v * x^(8 kStream) mod P: the register v carried over kStream
-// zero bytes. Linear in v, so one table per byte of v.
-struct ShiftTables {
-  std::array<std::array<std::uint32_t, 256>, 4> byte{};
-  ShiftTables() {
-    for (int j = 0; j < 4; ++j)
-      for (std::uint32_t x = 0; x < 256; ++x) byte[j][x] = feed_zeros(x << (8 * j), kStream);
-  }
-  std::uint32_t shift(std::uint32_t v) const {
-    return byte[0][v & 0xFF] ^ byte[1][(v >> 8) & 0xFF] ^ byte[2][(v >> 16) & 0xFF] ^ byte[3][v >> 24];
-  }
-};
-
-const ShiftTables& shift_tables() {
-  static const ShiftTables tables;
-  return tables;
-}
+// Below this many bytes one stream is as fast (the joins would not pay).
+constexpr std::size_t kThreeStreamMinimum = 3 * 4096;
 
 std::uint64_t load64(const unsigned char* p) {
   std::uint64_t word;
@@ -58,26 +68,30 @@ std::uint64_t load64(const unsigned char* p) {
 template <bool kCopy>
 __attribute__((target("sse4.2"))) std::uint32_t crc_raw(unsigned char* target, const unsigned char* p, std::size_t n,
                                                         std::uint32_t crc) {
-  const ShiftTables& tables = shift_tables();
-  while (n >= kBlock) {
+  if (n >= kThreeStreamMinimum) {
+    // Three long streams (thirds of the buffer) keep the prefetchers on
+    // sequential runs; short streams jumping every few pages measured slower.
+    const std::size_t third = n / 3 / 8 * 8;
     std::uint64_t a = crc, b = 0, c = 0;
-    for (std::size_t i = 0; i < kStream; i += 8) {
-      const std::uint64_t x = load64(p + i), y = load64(p + kStream + i), z = load64(p + 2 * kStream + i);
+    const unsigned char* p1 = p + third;
+    const unsigned char* p2 = p + 2 * third;
+    for (std::size_t i = 0; i < third; i += 8) {
+      const std::uint64_t x = load64(p + i), y = load64(p1 + i), z = load64(p2 + i);
       if (kCopy) {
         std::memcpy(target + i, &x, 8);
-        std::memcpy(target + kStream + i, &y, 8);
-        std::memcpy(target + 2 * kStream + i, &z, 8);
+        std::memcpy(target + third + i, &y, 8);
+        std::memcpy(target + 2 * third + i, &z, 8);
       }
       a = _mm_crc32_u64(a, x);
       b = _mm_crc32_u64(b, y);
       c = _mm_crc32_u64(c, z);
     }
-    // crc(D1 D2 D3) = shift(shift(crc(D1)) ^ crc0(D2)) ^ crc0(D3)
-    crc = tables.shift(tables.shift(static_cast<std::uint32_t>(a)) ^ static_cast<std::uint32_t>(b)) ^
+    // crc(D1 D2 D3) = shift(shift(crc(D1)) ^ crc0(D2)) ^ crc0(D3), each shift over one third.
+    crc = crc32c_shift(crc32c_shift(static_cast<std::uint32_t>(a), third) ^ static_cast<std::uint32_t>(b), third) ^
           static_cast<std::uint32_t>(c);
-    p += kBlock;
-    n -= kBlock;
-    if (kCopy) target += kBlock;
+    p += 3 * third;
+    n -= 3 * third;
+    if (kCopy) target += 3 * third;
   }
   std::uint64_t c = crc;
   for (; n >= 8; n -= 8, p += 8) {

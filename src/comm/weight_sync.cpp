@@ -10,6 +10,7 @@
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/wire.h"
 #include "moerl/sync/bucket_checksum.h"
+#include "moerl/telemetry/metrics.h"
 
 namespace moerl::sync {
 namespace {
@@ -58,6 +59,19 @@ HeaderFields decode_header(const std::vector<std::uint8_t>& bytes) {
 
 size_t bucket_count(size_t total, size_t bucket) { return total == 0 ? 0 : (total + bucket - 1) / bucket; }
 
+// [sync] bucket_mb is the largest bucket. Weights that would fit in a few
+// buckets are cut finer (down to 256 KiB) so that staging, transfer and
+// verification still overlap: one 4 MB bucket of a small model would be
+// staged, sent and verified strictly one after another.
+constexpr size_t kPipelineBuckets = 8;
+constexpr size_t kSmallestBucket = size_t{256} << 10;
+
+size_t pipeline_bucket_bytes(size_t total, size_t configured) {
+  const size_t even = (total + kPipelineBuckets - 1) / kPipelineBuckets;
+  const size_t rounded = (std::max(kSmallestBucket, even) + 63) / 64 * 64;
+  return std::min(configured, rounded);
+}
+
 }  // namespace
 
 SyncOptions sync_options(const config::SyncSection& sync, double timeout_s) {
@@ -88,6 +102,7 @@ WeightPublisher::WeightPublisher(comm::Communicator& comm, std::vector<WeightVie
     total_bytes_ += v.bytes;
   }
   staging_.resize(total_bytes_);
+  options_.bucket_bytes = pipeline_bucket_bytes(total_bytes_, options_.bucket_bytes);
 }
 
 WeightPublisher::~WeightPublisher() = default;
@@ -162,7 +177,13 @@ void WeightPublisher::publish(std::int64_t version) {
 
 bool WeightPublisher::progress() {
   drive();
-  if (requests_.empty() && last_.seconds == 0 && last_.version >= 0) last_.seconds = now_s() - started_;
+  if (requests_.empty() && last_.seconds == 0 && last_.version >= 0) {
+    last_.seconds = now_s() - started_;
+    auto& m = telemetry::metrics();
+    m.record("sync.publication_s", last_.seconds);
+    m.record("sync.stage_s", last_.checksum_s);
+    m.set("sync.publish_GB_per_s", last_.gigabytes_per_s());
+  }
   if (!requests_.empty() && now_s() - started_ > options_.timeout_s)
     throw comm::CommTimeout("publication of weights version " + std::to_string(last_.version) + " in " +
                             comm_.name() + " did not complete within " + std::to_string(options_.timeout_s) +
@@ -295,6 +316,8 @@ bool WeightReceiver::poll() {
   if (!refusal_.empty()) throw SyncError(refusal_);
   ready_version_ = last_.version;
   last_.seconds = now_s() - started_;
+  telemetry::metrics().record("sync.verify_s", last_.checksum_s);
+  telemetry::metrics().set("sync.receive_GB_per_s", last_.gigabytes_per_s());
   return ready_version_ > current_version_;
 }
 std::int64_t WeightReceiver::apply() {

@@ -30,8 +30,9 @@ TEST_CASE("bucket CRC-32C gives the published check values", "[sync][checksum]")
 }
 
 TEST_CASE("bucket CRC-32C equals the table-driven CRC-32C at every boundary", "[sync][checksum]") {
-  // The fast path works in blocks of 3 x 4096 bytes; lengths around one and
-  // several blocks, with odd tails, unaligned starts and a running CRC.
+  // The fast path splits buffers of 12288 bytes or more into three streams
+  // (multiples of 8 bytes) and a tail; lengths around that, with odd tails,
+  // unaligned starts and a running CRC.
   std::mt19937 rng(11);
   std::vector<std::uint8_t> bytes(5 * 12288 + 64);
   for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
@@ -50,6 +51,16 @@ TEST_CASE("bucket CRC-32C equals the table-driven CRC-32C at every boundary", "[
       }
     }
   }
+}
+
+TEST_CASE("a CRC shift equals feeding zero bytes", "[sync][checksum]") {
+  const std::vector<std::uint8_t> zeros(100000, 0);
+  for (const std::uint32_t reg : {1u, 0x80000000u, 0x12345678u, 0xFFFFFFFFu})
+    for (const size_t n : {size_t{0}, size_t{1}, size_t{8}, size_t{4095}, size_t{33333}, size_t{100000}}) {
+      // storage::crc32c inverts before and after: undo both to get the register.
+      const std::uint32_t fed = ~storage::crc32c_portable(zeros.data(), n, ~reg);
+      CHECK(sync::crc32c_shift(reg, n) == fed);
+    }
 }
 
 TEST_CASE("bucket CRC-32C detects a single flipped bit anywhere in a block", "[sync][checksum]") {

@@ -29,6 +29,11 @@
 // every receiver must be constructed together and the publisher must close()
 // before the group is torn down (receivers then stop re-posting headers).
 //
+// Metrics (telemetry): the publisher records sync.publication_s (publish()
+// to the last bucket sent), sync.stage_s, sync.publish_GB_per_s; a receiver
+// sync.verify_s and sync.receive_GB_per_s. The learner adds sync.publish_s,
+// sync.bytes and sync.versions_in_flight; the actor sync.receive_s.
+//
 // Memory: the checksums run on host memory, so views must be host memory
 // (with an NCCL communicator too; device weights would need a device CRC).
 
@@ -51,7 +56,7 @@ struct WeightView {
 };
 
 struct SyncOptions {
-  size_t bucket_bytes = size_t{4} << 20;
+  size_t bucket_bytes = size_t{4} << 20;  // the largest bucket (small weights get at least 8, >= 256 KiB)
   double timeout_s = 120.0;          // a publication must complete by then
   int root = 0;                      // the publisher's rank in the communicator
   // false: the caller leaves the parameters unchanged until the publication

@@ -4,7 +4,7 @@
 // the latest per rank and appends one JSON line per step to the run's
 // metrics file:
 //
-//   {"step": 12, "time": 1764420000.5,
+//   {"step": 12, "time": 1764420000.5, "time_ms": 1764420000512,
 //    "roles": {"actor": {"ranks": 2, "counters": {...}, "gauges": {...},
 //                        "histograms": {"x": {"count":..,"mean":..,"p50":..,"p90":..,"p99":..,"max":..}}}},
 //    "ranks": [{"rank": 0, "role": "learner", "counters": {...}, ...}, ...]}
