@@ -339,6 +339,9 @@ Architecture export_architecture(const config::ModelSection& m, const config::Mo
     return Architecture::Qwen2Moe;  // q/k/v biases are written as zeros when the policy has none
   }
   const bool renormalized = e.renormalize || e.router == config::RouterMode::TopKThenSoftmax;
+  if (m.qk_norm != config::QkNorm::None && m.qkv_bias != m.o_bias) {
+    return refuse("Qwen3-MoE and OLMoE have one attention_bias for q, k, v and o (model.qkv_bias != model.o_bias)");
+  }
   if (m.qk_norm == config::QkNorm::PerHead) return Architecture::Qwen3Moe;
   if (m.qk_norm == config::QkNorm::Full) {
     if (e.first_dense_layers != 0 || e.sparse_step != 1) return refuse("QK-norm over the projection with dense layers");

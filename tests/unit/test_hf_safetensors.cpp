@@ -273,6 +273,10 @@ TEST_CASE("hf export: the built-in model exports as Mixtral; what no architectur
   e = {};
   m.qk_norm = moerl::config::QkNorm::PerHead;
   CHECK(export_architecture(m, e) == Architecture::Qwen3Moe);
+  m.qkv_bias = true;
+  CHECK_THAT(error_of([&] { export_architecture(m, e); }), Contains("attention_bias"));
+  m.o_bias = true;
+  CHECK(export_architecture(m, e) == Architecture::Qwen3Moe);
 }
 
 TEST_CASE("safetensors: F16 and BF16 convert to their float32 values", "[hf]") {
