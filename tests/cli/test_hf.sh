@@ -15,12 +15,22 @@ expect_contains out.txt "GB/s" "eval reports the load speed"
 expect_contains out.txt "greedy, 8 tokens" "eval generates 8 tokens"
 expect_contains out.txt "[$greedy]" "eval continues as the reference"
 
+# Text through the model's tokenizer.json (byte-level BPE): the reference's ids and continuation.
+text=$(python3 -c "import json; print(json.load(open('$FIXTURE/reference.json'))['text_prompt'])")
+text_ids=$(python3 -c "import json; print(' '.join(map(str, json.load(open('$FIXTURE/reference.json'))['text_prompt_ids'])))")
+text_greedy=$(python3 -c "import json; print(' '.join(map(str, json.load(open('$FIXTURE/reference.json'))['text_greedy'])))")
+"$MOERL" eval --config run.toml --prompt "$text" --max-new-tokens 8 --ignore-eos --threads 1 >out.txt 2>&1
+expect_status 0 $? "eval --prompt"
+expect_contains out.txt "tokenizer: $FIXTURE/tokenizer.json" "eval uses the model's tokenizer.json"
+expect_contains out.txt "tokens [$text_ids]" "the prompt's ids are the reference tokenizer's"
+expect_contains out.txt "[$text_greedy]" "the text prompt continues as the reference"
+
 "$MOERL" checkpoint import-hf store 3 --config run.toml >out.txt 2>&1
 expect_status 0 $? "import-hf"
 "$MOERL" checkpoint export-hf store 3 exported --shard-mb 0.05 >out.txt 2>&1
 expect_status 0 $? "export-hf"
 expect_contains out.txt "as Qwen2MoeForCausalLM" "export-hf names the architecture"
-expect_contains out.txt "copied generation_config.json" "export-hf copies the source's files"
+expect_contains out.txt "copied tokenizer.json generation_config.json" "export-hf copies the source's files"
 [ -f exported/model.safetensors.index.json ] || fail "export-hf writes the index"
 [ "$(ls exported/model-000*-of-*.safetensors | wc -l)" -ge 2 ] || fail "export-hf writes several shards"
 

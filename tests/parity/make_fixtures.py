@@ -12,7 +12,10 @@ tiny random model that exercises that architecture's features, saves it with
 save_pretrained (one of them sharded), and records in the model directory:
 
   reference.safetensors  logits.<i>: float32 [len(prompt i), vocab] for each prompt
-  reference.json         prompts (token ids) and greedy continuations
+  reference.json         prompts (token ids) and greedy continuations; for the
+                         model with a tokenizer.json (qwen2_moe, the BPE
+                         fixture's Qwen2 tokenizer), also a text prompt, its
+                         reference ids and greedy continuation
 
 With --moerl, it also checks the way back: `moerl checkpoint import-hf`
 stores each model in a checkpoint store, `moerl checkpoint export-hf` writes
@@ -38,6 +41,10 @@ PACKAGES = ["torch==2.15.0", "transformers==5.24.0", "safetensors==0.8.0", "toke
 PROMPTS = [[5, 17, 99, 3, 42, 8, 77, 61, 23, 11, 90, 4], [7, 120, 33, 2, 64]]
 NEW_TOKENS = 8
 VOCAB = 128
+# One model carries a real tokenizer.json (the BPE fixture's Qwen2 layout), so
+# that `moerl eval --prompt TEXT` is checked end to end against the reference.
+TOKENIZER = os.path.join(OUT_DIR, "tokenizer", "qwen2", "tokenizer.json")
+TEXT_PROMPT = "The policy answers: 42, and we'll see!"
 
 
 def parse_args():
@@ -76,6 +83,12 @@ def common(**extra):
     return base
 
 
+def tokenizer_vocab_size():
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(TOKENIZER).get_vocab_size()
+
+
 def architectures():
     """(name, config class, model class, config kwargs, save kwargs) per architecture."""
     from transformers import (MixtralConfig, MixtralForCausalLM, OlmoeConfig, OlmoeForCausalLM,
@@ -88,7 +101,7 @@ def architectures():
         # Qwen2-MoE: gated shared expert, q/k/v biases, a dense first layer,
         # un-renormalised top-k, tied embeddings; saved in shards.
         ("qwen2_moe", Qwen2MoeConfig, Qwen2MoeForCausalLM,
-         common(intermediate_size=24, moe_intermediate_size=16, shared_expert_intermediate_size=20,
+         common(vocab_size=tokenizer_vocab_size(), intermediate_size=24, moe_intermediate_size=16, shared_expert_intermediate_size=20,
                 num_experts=4, mlp_only_layers=[0], norm_topk_prob=False, tie_word_embeddings=True,
                 rms_norm_eps=1e-6), {"max_shard_size": "60KB"}),
         # Qwen3-MoE: per-head QK-norm, head_dim * heads != hidden_size,
@@ -131,17 +144,27 @@ def greedy(model, prompt):
     return out.sequences[0, len(prompt):].tolist(), min(gaps)
 
 
-def reference_outputs(model):
+def reference_outputs(model, extra_prompts=()):
     import torch
 
     logits, continuations, margin = {}, [], float("inf")
     with torch.no_grad():
         for i, prompt in enumerate(PROMPTS):
             logits[f"logits.{i}"] = model(torch.tensor([prompt])).logits[0].float().contiguous()
+        for prompt in PROMPTS + list(extra_prompts):
             tokens, gap = greedy(model, prompt)
             continuations.append(tokens)
             margin = min(margin, gap)
     return logits, continuations, margin
+
+
+def text_prompt_ids(with_tokenizer):
+    """The reference tokenizer's ids of TEXT_PROMPT (for the model that has one)."""
+    if not with_tokenizer:
+        return []
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(TOKENIZER).encode(TEXT_PROMPT).ids
 
 
 def make_model(name, config_cls, model_cls, kwargs, save_kwargs):
@@ -149,6 +172,8 @@ def make_model(name, config_cls, model_cls, kwargs, save_kwargs):
     from safetensors.torch import save_file
 
     out = os.path.join(OUT_DIR, name)
+    with_tokenizer = kwargs["vocab_size"] != VOCAB
+    text_ids = text_prompt_ids(with_tokenizer)
     # Reseed until greedy decoding never faces a near tie (the C++ test must
     # reproduce the argmax, so a tie within float noise would be a coin flip).
     for seed in range(1, 50):
@@ -157,7 +182,7 @@ def make_model(name, config_cls, model_cls, kwargs, save_kwargs):
         config._attn_implementation = "eager"
         model = model_cls(config).eval()
         randomize(model, seed)
-        logits, continuations, margin = reference_outputs(model)
+        logits, continuations, margin = reference_outputs(model, [text_ids] if text_ids else [])
         if margin > 1e-2:
             break
     else:
@@ -165,10 +190,14 @@ def make_model(name, config_cls, model_cls, kwargs, save_kwargs):
     shutil.rmtree(out, ignore_errors=True)
     model.save_pretrained(out, **save_kwargs)
     save_file(logits, os.path.join(out, "reference.safetensors"))
+    record = {"architecture": config.architectures[0] if config.architectures else model_cls.__name__,
+              "seed": seed, "prompts": PROMPTS, "new_tokens": NEW_TOKENS,
+              "greedy": continuations[:len(PROMPTS)], "min_greedy_margin": margin}
+    if with_tokenizer:
+        shutil.copy(TOKENIZER, os.path.join(out, "tokenizer.json"))
+        record.update(text_prompt=TEXT_PROMPT, text_prompt_ids=text_ids, text_greedy=continuations[-1])
     with open(os.path.join(out, "reference.json"), "w") as f:
-        json.dump({"architecture": config.architectures[0] if config.architectures else model_cls.__name__,
-                   "seed": seed, "prompts": PROMPTS, "new_tokens": NEW_TOKENS,
-                   "greedy": continuations, "min_greedy_margin": margin}, f, indent=1)
+        json.dump(record, f, indent=1)
         f.write("\n")
     size = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
     print(f"{name}: seed {seed}, greedy margin {margin:.3g}, {size / 1024:.0f} KiB in {out}")
@@ -176,13 +205,17 @@ def make_model(name, config_cls, model_cls, kwargs, save_kwargs):
 
 
 def check_export(name, model_cls, moerl):
-    """import-hf -> export-hf with moerl, then the reference library loads the export."""
+    """import-hf -> export-hf with moerl, then the reference library loads the
+    export: the same weights bit for bit as the fixture, and the recorded
+    logits (to float rounding: BLAS may take other paths for other buffer
+    addresses) and greedy continuations."""
     import torch
     from safetensors.torch import load_file
 
     src = os.path.join(OUT_DIR, name)
     ref = load_file(os.path.join(src, "reference.safetensors"))
     expected = json.load(open(os.path.join(src, "reference.json")))
+    original = model_cls.from_pretrained(src, attn_implementation="eager").eval().state_dict()
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "run.toml")
         with open(config, "w") as f:
@@ -192,11 +225,19 @@ def check_export(name, model_cls, moerl):
         subprocess.check_call([moerl, "checkpoint", "export-hf", store, "1", out, "--shard-mb", "0.05"])
         model = model_cls.from_pretrained(out, attn_implementation="eager").eval()
         logits, continuations, _ = reference_outputs(model)
-    worst = max(float((logits[k] - ref[k]).abs().max()) for k in ref)
-    if worst != 0.0 or continuations != expected["greedy"]:
-        sys.exit(f"{name}: the export does not reproduce the reference (max |dlogit| {worst}, "
+        copied_tokenizer = os.path.exists(os.path.join(out, "tokenizer.json"))
+    if copied_tokenizer != ("text_prompt" in expected):
+        sys.exit(f"{name}: export-hf did not copy tokenizer.json")
+    exported = model.state_dict()
+    differing = [k for k in original if k not in exported or not torch.equal(original[k], exported[k])]
+    if differing or set(exported) != set(original):
+        sys.exit(f"{name}: the export's weights differ from the fixture's: {differing[:5]}")
+    worst = max(float((logits[k] - ref[k]).abs().max() / ref[k].abs().max()) for k in ref)
+    if worst > 1e-5 or continuations != expected["greedy"]:
+        sys.exit(f"{name}: the export does not reproduce the reference (max relative |dlogit| {worst}, "
                  f"greedy {continuations} vs {expected['greedy']})")
-    print(f"{name}: moerl's export loads in transformers and reproduces the logits exactly")
+    print(f"{name}: moerl's export loads in transformers with the fixture's weights bit for bit "
+          f"(logits within {worst:.1e} relative, greedy identical)")
 
 
 def main():
