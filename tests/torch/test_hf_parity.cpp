@@ -222,7 +222,7 @@ TEST_CASE("hf export: export then re-import round-trips bitwise, config included
   }
 }
 
-TEST_CASE("hf load: broken weight files are refused naming file and tensor; nothing is half-loaded", "[hf]") {
+TEST_CASE("hf load: broken weight files are refused naming file and tensor, nothing half-loaded", "[hf]") {
   TempDir dir;
   copy_fixture("mixtral", dir.path);
   const config::Config config = hf_config(dir.path.string());

@@ -255,7 +255,7 @@ TEST_CASE("hf names: Mixtral and Qwen layouts, stacked experts expand to one ten
         std::vector<std::string>{"model.layers.2.self_attn.q_norm.weight"});
 }
 
-TEST_CASE("hf export: the built-in model exports as Mixtral; what no architecture has is refused", "[hf]") {
+TEST_CASE("hf export: the built-in model exports as Mixtral, what no architecture has is refused", "[hf]") {
   moerl::config::ModelSection m;
   moerl::config::MoeSection e;
   CHECK(export_architecture(m, e) == Architecture::Mixtral);
