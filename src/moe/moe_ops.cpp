@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "moerl/moe/buffer_pool.h"
 #include "moerl_kernels/moe.h"
 
 // Torch's own CUDA API (current stream, device guard) exists only when the
@@ -92,7 +93,7 @@ std::int64_t row_grain(std::int64_t hidden) {
 torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& row_source,
                           const torch::Tensor& weights, std::int64_t top_k) {
   const std::int64_t tokens = x.size(0), hidden = x.size(1), rows = row_source.size(0);
-  auto out = torch::empty({rows, hidden}, x.options());
+  auto out = pooled_empty({rows, hidden}, x.options());
   if (rows == 0 || hidden == 0) return out.zero_();
   if (x.is_cuda()) {
 #ifdef MOERL_WITH_CUDA
@@ -125,7 +126,7 @@ torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& row_sourc
 torch::Tensor scatter_sum(const torch::Tensor& src, const torch::Tensor& dest_row,
                           const torch::Tensor& weights, std::int64_t tokens, std::int64_t top_k) {
   const std::int64_t hidden = src.size(1);
-  auto y = torch::empty({tokens, hidden}, src.options());
+  auto y = pooled_empty({tokens, hidden}, src.options());
   if (tokens == 0 || hidden == 0) return y.zero_();
   if (src.is_cuda()) {
 #ifdef MOERL_WITH_CUDA
@@ -246,28 +247,8 @@ std::vector<Segment> cpu_segments(const torch::Tensor& offsets, std::int64_t exp
   return out;
 }
 
-template <typename scalar_t>
-void silu_mul(const scalar_t* g, const scalar_t* u, scalar_t* h, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const scalar_t s = scalar_t(1) / (scalar_t(1) + std::exp(-g[i]));
-    h[i] = g[i] * s * u[i];
-  }
-}
-
-// From dH, G, U: dG = dH*u*silu'(g), dU = dH*silu(g) (dU may be dH's buffer).
-template <typename scalar_t>
-void silu_mul_backward(const scalar_t* dh, const scalar_t* g, const scalar_t* u, scalar_t* dg,
-                       scalar_t* du, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const scalar_t s = scalar_t(1) / (scalar_t(1) + std::exp(-g[i]));
-    const scalar_t d = dh[i];  // read first: du may alias dh
-    du[i] = d * g[i] * s;
-    dg[i] = d * u[i] * s * (scalar_t(1) + g[i] * (scalar_t(1) - s));
-  }
-}
-
 struct SwiGluActivations {
-  torch::Tensor gate_pre, up, act, out;  // [rows,D] x3, [rows,H]
+  torch::Tensor gu, act, out;  // [rows,2D] gate pre-activation | up, [rows,D], [rows,H]
 };
 
 SwiGluActivations swiglu_forward_cpu(const torch::Tensor& x, const torch::Tensor& wg,
@@ -278,10 +259,9 @@ SwiGluActivations swiglu_forward_cpu(const torch::Tensor& x, const torch::Tensor
   // Rows inside segments are all overwritten below; only rows past the last
   // segment need zeros (in the output; the saved activations there are unused).
   const std::int64_t used = offsets.data_ptr<std::int64_t>()[experts];
-  a.gate_pre = torch::empty({rows, d_expert}, x.options());
-  a.up = torch::empty({rows, d_expert}, x.options());
-  a.act = torch::empty({rows, d_expert}, x.options());
-  a.out = torch::empty({rows, hidden}, x.options());
+  a.gu = pooled_empty({rows, 2 * d_expert}, x.options());
+  a.act = pooled_empty({rows, d_expert}, x.options());
+  a.out = pooled_empty({rows, hidden}, x.options());
   a.out.narrow(0, used, rows - used).zero_();
   // Split segments into row blocks only as far as the threads need items:
   // every extra block re-packs the expert's weights inside BLAS. Blocks stay
@@ -292,28 +272,76 @@ SwiGluActivations swiglu_forward_cpu(const torch::Tensor& x, const torch::Tensor
                    : std::max<std::int64_t>(128, (used + 4 * threads - 1) / (4 * threads));
   const auto segs = cpu_segments(offsets, experts, block_rows);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_swiglu_fwd", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* wgp = wg.data_ptr<scalar_t>();
+    const scalar_t* wup = wu.data_ptr<scalar_t>();
+    const scalar_t* wdp = wd.data_ptr<scalar_t>();
+    scalar_t* gup = a.gu.data_ptr<scalar_t>();
+    scalar_t* hp = a.act.data_ptr<scalar_t>();
+    scalar_t* yp = a.out.data_ptr<scalar_t>();
+    const std::int64_t w_in = d_expert * hidden;  // one expert's slice of each weight
     at::parallel_for(0, static_cast<std::int64_t>(segs.size()), 1,
                      [&](std::int64_t b, std::int64_t e) {
-      // Grad mode is thread-local: make sure worker threads never record the
-      // out= GEMMs on inputs that require grad.
-      torch::NoGradGuard no_grad;
       for (std::int64_t i = b; i < e; ++i) {
         const Segment& s = segs[i];
-        const std::int64_t n = s.end - s.begin;
-        auto xs = x.narrow(0, s.begin, n);
-        auto gs = a.gate_pre.narrow(0, s.begin, n);
-        auto us = a.up.narrow(0, s.begin, n);
-        auto hs = a.act.narrow(0, s.begin, n);
-        auto ys = a.out.narrow(0, s.begin, n);
-        at::mm_out(gs, xs, wg.select(0, s.expert).t());
-        at::mm_out(us, xs, wu.select(0, s.expert).t());
-        silu_mul<scalar_t>(gs.data_ptr<scalar_t>(), us.data_ptr<scalar_t>(),
-                           hs.data_ptr<scalar_t>(), n * d_expert);
-        at::mm_out(ys, hs, wd.select(0, s.expert).t());
+        k::moe_swiglu_forward_rows_cpu<scalar_t>(
+            xp + s.begin * hidden, wgp + s.expert * w_in, wup + s.expert * w_in,
+            wdp + s.expert * w_in, s.end - s.begin, hidden, d_expert,
+            gup + s.begin * 2 * d_expert, hp + s.begin * d_expert, yp + s.begin * hidden);
       }
     });
   });
   return a;
+}
+
+struct SwiGluGrads {
+  torch::Tensor dx, dwg, dwu, dwd;
+};
+
+// One work item per expert: its weight gradients sum over all its rows, so
+// one writer per expert needs no atomics and stays deterministic.
+SwiGluGrads swiglu_backward_cpu(const torch::Tensor& x, const torch::Tensor& wg,
+                                const torch::Tensor& wu, const torch::Tensor& wd,
+                                const torch::Tensor& offsets, const torch::Tensor& gu,
+                                const torch::Tensor& h, const torch::Tensor& dy) {
+  const std::int64_t experts = wg.size(0), rows = x.size(0), hidden = x.size(1),
+                     d_expert = wg.size(1);
+  const auto* off = offsets.data_ptr<std::int64_t>();
+  SwiGluGrads g;
+  g.dx = pooled_empty({rows, hidden}, x.options());
+  g.dx.narrow(0, off[experts], rows - off[experts]).zero_();
+  g.dwg = pooled_empty(wg.sizes(), wg.options());
+  g.dwu = pooled_empty(wu.sizes(), wu.options());
+  g.dwd = pooled_empty(wd.sizes(), wd.options());
+  std::int64_t max_rows = 0;
+  for (std::int64_t e = 0; e < experts; ++e) max_rows = std::max(max_rows, off[e + 1] - off[e]);
+  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_swiglu_bwd", [&] {
+    const scalar_t* xp = x.data_ptr<scalar_t>();
+    const scalar_t* gup = gu.data_ptr<scalar_t>();
+    const scalar_t* hp = h.data_ptr<scalar_t>();
+    const scalar_t* dyp = dy.data_ptr<scalar_t>();
+    const scalar_t* wgp = wg.data_ptr<scalar_t>();
+    const scalar_t* wup = wu.data_ptr<scalar_t>();
+    const scalar_t* wdp = wd.data_ptr<scalar_t>();
+    scalar_t* dxp = g.dx.data_ptr<scalar_t>();
+    scalar_t* dwgp = g.dwg.data_ptr<scalar_t>();
+    scalar_t* dwup = g.dwu.data_ptr<scalar_t>();
+    scalar_t* dwdp = g.dwd.data_ptr<scalar_t>();
+    const std::int64_t w_in = d_expert * hidden;
+    at::parallel_for(0, experts, 1, [&](std::int64_t b, std::int64_t e) {
+      // [dG | dU] of the largest segment, reused for each expert of this chunk.
+      std::vector<scalar_t> scratch(static_cast<std::size_t>(max_rows * 2 * d_expert));
+      for (std::int64_t ex = b; ex < e; ++ex) {
+        const std::int64_t r0 = off[ex];
+        k::moe_swiglu_backward_rows_cpu<scalar_t>(
+            xp + r0 * hidden, gup + r0 * 2 * d_expert, hp + r0 * d_expert, dyp + r0 * hidden,
+            wgp + ex * w_in, wup + ex * w_in, wdp + ex * w_in, off[ex + 1] - r0, hidden,
+            d_expert, scratch.data(), dxp + r0 * hidden, dwgp + ex * w_in, dwup + ex * w_in,
+            dwdp + ex * w_in);
+      }
+    });
+  });
+  return g;
 }
 
 #ifdef MOERL_WITH_CUDA
@@ -362,8 +390,9 @@ class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunc
       no_cuda_build("grouped_swiglu");
 #endif
     } else {
+      // CPU saves [G | U] in one buffer as g; u stays undefined.
       auto a = swiglu_forward_cpu(x, wg, wu, wd, offsets, experts);
-      g = a.gate_pre, u = a.up, h = a.act, y = a.out;
+      g = a.gu, h = a.act, y = a.out;
     }
     ctx->save_for_backward({x, wg, wu, wd, offsets, g, u, h});
     return y;
@@ -373,12 +402,12 @@ class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunc
     const auto s = ctx->get_saved_variables();
     const auto &x = s[0], &wg = s[1], &wu = s[2], &wd = s[3], &offsets = s[4];
     const auto &g = s[5], &u = s[6], &h = s[7];
-    const std::int64_t experts = wg.size(0), hidden = x.size(1), d_expert = wg.size(1);
     auto dy = grads[0].contiguous();
     torch::Tensor dx, dwg, dwu, dwd;
     if (x.is_cuda()) {
 #ifdef MOERL_WITH_CUDA
       DeviceScope scope(x);
+      const std::int64_t experts = wg.size(0), hidden = x.size(1), d_expert = wg.size(1);
       auto dh = gemm_cuda('n', dy, wd, offsets, experts, hidden, d_expert);
       auto sig = torch::sigmoid(g);
       auto du = (dh * g * sig).contiguous();
@@ -392,51 +421,8 @@ class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunc
       no_cuda_build("grouped_swiglu backward");
 #endif
     } else {
-      const std::int64_t rows = x.size(0);
-      const auto* off = offsets.data_ptr<std::int64_t>();
-      dx = torch::empty({rows, hidden}, x.options());
-      dx.narrow(0, off[experts], rows - off[experts]).zero_();
-      dwg = torch::empty_like(wg);
-      dwu = torch::empty_like(wu);
-      dwd = torch::empty_like(wd);
-      for (std::int64_t e = 0; e < experts; ++e) {
-        if (off[e + 1] == off[e]) {  // no rows: mm_out below never writes these
-          dwg.select(0, e).zero_();
-          dwu.select(0, e).zero_();
-          dwd.select(0, e).zero_();
-        }
-      }
-      auto dg_all = torch::empty({rows, d_expert}, x.options());
-      auto du_all = torch::empty({rows, d_expert}, x.options());
-      const auto segs = cpu_segments(offsets, experts, std::max<std::int64_t>(rows, 1));
-      AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_swiglu_bwd", [&] {
-        at::parallel_for(0, static_cast<std::int64_t>(segs.size()), 1,
-                         [&](std::int64_t b, std::int64_t e) {
-          torch::NoGradGuard no_grad;  // thread-local, as in the forward
-          for (std::int64_t i = b; i < e; ++i) {
-            const Segment& sg = segs[i];
-            const std::int64_t n = sg.end - sg.begin, ex = sg.expert;
-            auto dys = dy.narrow(0, sg.begin, n);
-            auto xs = x.narrow(0, sg.begin, n);
-            auto dgs = dg_all.narrow(0, sg.begin, n);
-            auto dus = du_all.narrow(0, sg.begin, n);
-            // dH into the dU buffer, then split into dG and dU in place.
-            at::mm_out(dus, dys, wd.select(0, ex));
-            auto dwd_e = dwd.select(0, ex), dwg_e = dwg.select(0, ex), dwu_e = dwu.select(0, ex);
-            at::mm_out(dwd_e, dys.t(), h.narrow(0, sg.begin, n));
-            silu_mul_backward<scalar_t>(dus.data_ptr<scalar_t>(),
-                                        g.narrow(0, sg.begin, n).data_ptr<scalar_t>(),
-                                        u.narrow(0, sg.begin, n).data_ptr<scalar_t>(),
-                                        dgs.data_ptr<scalar_t>(), dus.data_ptr<scalar_t>(),
-                                        n * d_expert);
-            auto dxs = dx.narrow(0, sg.begin, n);
-            at::mm_out(dxs, dgs, wg.select(0, ex));
-            dxs.addmm_(dus, wu.select(0, ex));
-            at::mm_out(dwg_e, dgs.t(), xs);
-            at::mm_out(dwu_e, dus.t(), xs);
-          }
-        });
-      });
+      auto r = swiglu_backward_cpu(x, wg, wu, wd, offsets, g, h, dy);
+      dx = r.dx, dwg = r.dwg, dwu = r.dwu, dwd = r.dwd;
     }
     return {dx, dwg, dwu, dwd, torch::Tensor()};
   }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "moerl/moe/buffer_pool.h"
 #include "moerl/moe/moe_layer.h"
 #include "moerl/moe/moe_ops.h"
 
@@ -429,4 +430,33 @@ TEST_CASE("moe layer: multi-threaded CPU path (row-block split) matches the refe
     require_close("grad (3 threads) " + std::to_string(i), a, b, 1e-12, 1e-9);
   }
   at::set_num_threads(saved);
+}
+
+TEST_CASE("moe buffer pool: released buffers are reused, the limit is kept", "[moe]") {
+  moe::release_pooled_buffers();
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat);
+  void* first = nullptr;
+  {
+    auto a = moe::pooled_empty({1000, 1000}, opts);  // 4 MB: pooled
+    REQUIRE(a.sizes() == torch::IntArrayRef({1000, 1000}));
+    a.fill_(1.5f);
+    REQUIRE(a.sum().item<double>() == Approx(1.5e6));
+    first = a.data_ptr();
+    REQUIRE(moe::pooled_bytes_idle() == 0);
+  }
+  const std::int64_t idle = moe::pooled_bytes_idle();
+  REQUIRE(idle >= 4000000);
+  REQUIRE(idle <= 5000000);  // bucket slack is at most a quarter
+  {
+    auto b = moe::pooled_empty({999, 1001}, opts);  // same bucket: same buffer
+    REQUIRE(b.data_ptr() == first);
+    REQUIRE(moe::pooled_bytes_idle() == 0);
+    auto small = moe::pooled_empty({10}, opts);  // below the pooled size: plain allocation
+    REQUIRE(small.numel() == 10);
+  }
+  moe::set_pool_limit_bytes(0);
+  REQUIRE(moe::pooled_bytes_idle() == 0);
+  { auto c = moe::pooled_empty({1000, 1000}, opts); }
+  REQUIRE(moe::pooled_bytes_idle() == 0);  // over the limit: freed, not kept
+  moe::set_pool_limit_bytes(std::int64_t{1} << 30);
 }

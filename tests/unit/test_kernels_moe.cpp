@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "moerl_kernels/cpu_gemm.h"
 #include "moerl_kernels/moe.h"
 
 namespace mk = moerl::kernels;
@@ -224,5 +225,92 @@ TEST_CASE("moe_combine_cpu: many choices per token (k > 32) and drops", "[kernel
       INFO("t=" << t << " h=" << h);
       REQUIRE(y[t * H + h] == Approx(want).epsilon(1e-12).margin(1e-12));
     }
+  }
+}
+
+TEST_CASE("cpu_gemm: all transpose forms, wide leading dimensions, beta", "[kernels][moe]") {
+  std::mt19937 rng(11);
+  const std::int64_t m = 7, n = 5, k = 9, pad = 3;  // leading dimensions exceed the rows
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      for (double beta : {0.0, 1.0}) {
+        INFO("trans_a=" << ta << " trans_b=" << tb << " beta=" << beta);
+        const std::int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+        auto A = random_vec((ta ? k : m) * lda, rng);
+        auto B = random_vec((tb ? n : k) * ldb, rng);
+        auto C = random_vec(m * ldc, rng);
+        const auto C0 = C;
+        mk::cpu_gemm<double>(ta, tb, m, n, k, 0.5, A.data(), lda, B.data(), ldb, beta, C.data(),
+                             ldc);
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::int64_t j = 0; j < n; ++j) {
+            double want = 0;
+            for (std::int64_t p = 0; p < k; ++p)
+              want += (ta ? A[p * lda + i] : A[i * lda + p]) * (tb ? B[j * ldb + p] : B[p * ldb + j]);
+            want = 0.5 * want + beta * C0[i * ldc + j];
+            REQUIRE(C[i * ldc + j] == Approx(want).epsilon(1e-12).margin(1e-12));
+          }
+          for (std::int64_t j = n; j < ldc; ++j) REQUIRE(C[i * ldc + j] == C0[i * ldc + j]);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("moe SwiGLU rows CPU kernels: forward formula, backward by finite differences",
+          "[kernels][moe]") {
+  std::mt19937 rng(13);
+  for (std::int64_t n : {0, 1, 19}) {
+    const std::int64_t H = 6, D = 5;
+    INFO("n=" << n);
+    auto x = random_vec(n * H, rng), wg = random_vec(D * H, rng), wu = random_vec(D * H, rng);
+    auto wd = random_vec(H * D, rng), dy = random_vec(n * H, rng);
+    auto forward = [&](std::vector<double>& gu, std::vector<double>& h, std::vector<double>& y) {
+      gu.assign(n * 2 * D, 0), h.assign(n * D, 0), y.assign(n * H, 0);
+      mk::moe_swiglu_forward_rows_cpu<double>(x.data(), wg.data(), wu.data(), wd.data(), n, H, D,
+                                              gu.data(), h.data(), y.data());
+    };
+    std::vector<double> gu, h, y;
+    forward(gu, h, y);
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t c = 0; c < H; ++c) {
+        double want = 0;
+        for (std::int64_t i = 0; i < D; ++i) {
+          double g = 0, u = 0;
+          for (std::int64_t q = 0; q < H; ++q) {
+            g += x[r * H + q] * wg[i * H + q];
+            u += x[r * H + q] * wu[i * H + q];
+          }
+          want += wd[c * D + i] * g / (1 + std::exp(-g)) * u;
+        }
+        REQUIRE(y[r * H + c] == Approx(want).epsilon(1e-12).margin(1e-12));
+      }
+    }
+    std::vector<double> scratch(n * 2 * D), dx(n * H), dwg(D * H, 7), dwu(D * H, 7), dwd(H * D, 7);
+    mk::moe_swiglu_backward_rows_cpu<double>(x.data(), gu.data(), h.data(), dy.data(), wg.data(),
+                                             wu.data(), wd.data(), n, H, D, scratch.data(),
+                                             dx.data(), dwg.data(), dwu.data(), dwd.data());
+    // L = <dy, y>: central differences of L in every input against the gradients.
+    auto loss = [&] {
+      std::vector<double> g2, h2, y2;
+      forward(g2, h2, y2);
+      return dot(dy, y2);
+    };
+    auto check = [&](std::vector<double>& v, const std::vector<double>& grad, const char* name) {
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const double keep = v[i], eps = 1e-6;
+        v[i] = keep + eps;
+        const double up = loss();
+        v[i] = keep - eps;
+        const double down = loss();
+        v[i] = keep;
+        INFO(name << "[" << i << "]");
+        REQUIRE(grad[i] == Approx((up - down) / (2 * eps)).epsilon(1e-6).margin(1e-7));
+      }
+    };
+    check(x, dx, "dx");
+    check(wg, dwg, "dw_gate");
+    check(wu, dwu, "dw_up");
+    check(wd, dwd, "dw_down");
   }
 }

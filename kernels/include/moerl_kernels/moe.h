@@ -87,6 +87,27 @@ void moe_grouped_gemm_tn_cpu(const Scalar* A, const Scalar* X, const std::int64_
                              std::int64_t rows, std::int64_t experts, std::int64_t N,
                              std::int64_t K, Scalar* C);
 
+// CPU grouped SwiGLU, one expert's rows at a time (the adapter runs these
+// over (expert, row block) items in parallel; BLAS does the products).
+//   forward:  gu[r] = [x[r] W_gate^T | x[r] W_up^T]   gu [n, 2D]: gate pre-activation, then up
+//             h[r]  = silu(g[r]) * u[r]                h [n, D]
+//             y[r]  = h[r] W_down^T                    y [n, H]
+// x [n,H]; w_gate, w_up [D,H]; w_down [H,D] (one expert's slices).
+template <typename Scalar>
+void moe_swiglu_forward_rows_cpu(const Scalar* x, const Scalar* w_gate, const Scalar* w_up,
+                                 const Scalar* w_down, std::int64_t n, std::int64_t hidden,
+                                 std::int64_t d_expert, Scalar* gu, Scalar* h, Scalar* y);
+
+// Backward of one expert's whole segment from the forward's saved gu and h:
+// writes dx [n,H] and this expert's weight gradients dw_gate, dw_up [D,H],
+// dw_down [H,D] (zero when n == 0). scratch holds n*2*D values.
+template <typename Scalar>
+void moe_swiglu_backward_rows_cpu(const Scalar* x, const Scalar* gu, const Scalar* h,
+                                  const Scalar* dy, const Scalar* w_gate, const Scalar* w_up,
+                                  const Scalar* w_down, std::int64_t n, std::int64_t hidden,
+                                  std::int64_t d_expert, Scalar* scratch, Scalar* dx,
+                                  Scalar* dw_gate, Scalar* dw_up, Scalar* dw_down);
+
 #ifdef MOERL_WITH_CUDA
 // Device workspace (bytes) that moe_plan_cuda needs for T*k assignments.
 std::size_t moe_plan_workspace_bytes(std::int64_t tokens, std::int64_t top_k,
