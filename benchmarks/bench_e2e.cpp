@@ -12,7 +12,10 @@
 //
 // Where a step's time goes on learner 0: the update (forward, backward,
 // optimizer), the publication call, and the rest, which is waiting for a
-// batch of trajectories (plus step bookkeeping).
+// batch of trajectories (plus step bookkeeping). On the actors: the fraction
+// of the window spent in decode steps (the rest is waiting for work, for the
+// env workers or for weights), from their rollout.step_latency_s; actor
+// metrics arrive every 0.25 s, so short windows read them coarsely.
 
 #include <mpi.h>
 
@@ -111,6 +114,7 @@ const JsonValue& rank0_body(const JsonValue& line) {
 struct PhaseResult {
   double steps_per_s = 0, trained_tokens_per_s = 0, generated_tokens_per_s = 0;
   double step_s = 0, update_s = 0, publish_call_s = 0, wait_s = 0, receive_s = 0;
+  double actor_busy = 0;  // fraction of the window an actor spent in decode steps
   double dropped_groups = 0, staleness = 0, wall_s = 0;
 };
 
@@ -153,6 +157,10 @@ PhaseResult read_phase(const std::string& metrics_path, std::int64_t steps, doub
   if (a1 && a2) {
     r.generated_tokens_per_s = (counter(*a2, "rollout.generated_tokens") - counter(*a1, "rollout.generated_tokens")) / window;
     r.receive_s = window_mean(a1, a2, "sync.receive_s");
+    const double actors = std::max(1.0, a2->at("ranks").as_number());
+    const double decoding = histogram_sum_count(*a2, "rollout.step_latency_s").first -
+                            histogram_sum_count(*a1, "rollout.step_latency_s").first;
+    r.actor_busy = decoding / actors / window;
   }
   return r;
 }
@@ -275,6 +283,7 @@ moerl::bench::BenchCase phase_case(const std::string& name, const PhaseResult& r
                                          {"publish_call_s", p.publish_call_s},
                                          {"learner_wait_s", p.wait_s},
                                          {"actor_receive_s", p.receive_s},
+                                         {"actor_busy_fraction", p.actor_busy},
                                          {"dropped_groups", p.dropped_groups},
                                          {"staleness_mean", p.staleness}};
   };
