@@ -60,6 +60,35 @@ EpisodeBatch make_episode_batch(const std::vector<const rollout::Trajectory*>& e
   return batch;
 }
 
+EpisodeTurns episode_turns(const std::vector<const rollout::Trajectory*>& episodes,
+                           const std::vector<float>& final_bonus) {
+  MOERL_CHECK(final_bonus.size() == episodes.size(), "episode_turns: one final bonus per episode");
+  std::vector<std::int64_t> turn_index;
+  std::vector<float> turn_rewards;
+  for (size_t e = 0; e < episodes.size(); ++e) {
+    const rollout::Trajectory& t = *episodes[e];
+    // Target i is token i + 1; runs of generated targets are the actions.
+    std::int64_t actions = 0;
+    for (size_t i = 1; i < t.tokens.size(); ++i)
+      if (t.generated[i] && !t.generated[i - 1]) ++actions;
+    MOERL_CHECK(actions > 0, "episode " + std::to_string(t.episode_id) + " has no generated token to train on");
+    std::int64_t finished = 0;  // actions completed before the current target
+    for (size_t i = 1; i < t.tokens.size(); ++i) {
+      const bool generated = t.generated[i] != 0;
+      if (!generated && t.generated[i - 1]) ++finished;
+      turn_index.push_back(generated ? finished : std::min(finished, actions - 1));
+    }
+    for (std::int64_t k = 0; k < actions; ++k)
+      turn_rewards.push_back(static_cast<size_t>(k) < t.turn_rewards.size() ? t.turn_rewards[static_cast<size_t>(k)] : 0.f);
+    for (size_t k = static_cast<size_t>(actions); k < t.turn_rewards.size(); ++k) turn_rewards.back() += t.turn_rewards[k];
+    turn_rewards.back() += final_bonus[e];
+  }
+  EpisodeTurns turns;
+  turns.turn_index = torch::tensor(turn_index, torch::kInt64);
+  turns.turn_rewards = torch::tensor(turn_rewards, torch::kFloat32);
+  return turns;
+}
+
 torch::Tensor target_logprobs(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::log_softmax(logits.to(torch::kFloat32), -1).gather(1, targets.unsqueeze(1)).squeeze(1);
 }

@@ -27,6 +27,22 @@ struct EpisodeBatch {
 // replay_routing: use the actors' recorded routing when every episode has it.
 EpisodeBatch make_episode_batch(const std::vector<const rollout::Trajectory*>& episodes, bool replay_routing);
 
+// PPO's per-turn view of the same packed targets. Turn k of an episode is its
+// k-th run of generated targets (action k) together with the observation
+// tokens before it; targets after the last action stay in the last turn.
+// Reward of turn k is the environment's reward for action k. An action the
+// context budget cut off before it reached the environment gets reward 0; if
+// the environment reported more rewards than there are actions, the surplus
+// goes to the last turn, so every episode's turn rewards sum to its reward
+// (plus final_bonus[e], e.g. the overlong penalty, added to the last turn).
+// Every episode needs at least one generated target.
+struct EpisodeTurns {
+  torch::Tensor turn_index;    // [T] int64, as algo::make_turn_layout takes it
+  torch::Tensor turn_rewards;  // [M] float32 in (episode, turn) order
+};
+EpisodeTurns episode_turns(const std::vector<const rollout::Trajectory*>& episodes,
+                           const std::vector<float>& final_bonus);
+
 // log p(target) at every packed position from packed logits [T, V].
 torch::Tensor target_logprobs(const torch::Tensor& logits, const torch::Tensor& targets);
 

@@ -1,0 +1,150 @@
+// PPO's per-turn targets: which tokens form which turn, where the value head
+// is read, GAE against hand-computed values, and the value loss gradient.
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "algo_test_support.h"
+#include "moerl/learner/episode_batch.h"
+#include "moerl/learner/ppo_targets.h"
+
+using namespace moerl;
+using algo_test::require_close_values;
+
+namespace {
+
+// An episode from its generated flags (token values are irrelevant here).
+rollout::Trajectory episode(std::vector<std::uint8_t> generated, std::vector<float> turn_rewards) {
+  rollout::Trajectory t;
+  const size_t n = generated.size();
+  t.tokens.assign(n, 65);
+  t.generated = std::move(generated);
+  t.behaviour_logprobs.assign(n, 0.f);
+  t.versions.assign(n, 0);
+  t.turn_rewards = std::move(turn_rewards);
+  for (float r : t.turn_rewards) t.reward += r;
+  return t;
+}
+
+// Three episodes whose targets (tokens 1..n-1) are:
+//   A: 10 targets, actions at targets 2-3 and 7-8, two rewarded turns
+//   B:  5 targets, actions at targets 1-2 and 4; the second never reached the
+//       environment (one reward)
+//   C:  3 targets, one action at target 1, two rewards reported
+struct Fixture {
+  std::vector<rollout::Trajectory> storage{episode({0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0}, {0.5f, 2.f}),
+                                           episode({0, 0, 1, 1, 0, 1}, {0.25f}),
+                                           episode({0, 0, 1, 0}, {1.f, 2.f})};
+  std::vector<const rollout::Trajectory*> episodes{&storage[0], &storage[1], &storage[2]};
+  std::vector<float> bonus{0.f, -0.5f, 0.f};
+};
+
+std::vector<double> as_doubles(const torch::Tensor& t) {
+  auto d = t.detach().to(torch::kDouble).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+}  // namespace
+
+TEST_CASE("episode turns: runs of generated targets are the actions, rewards follow them", "[learner][ppo]") {
+  Fixture f;
+  const learner::EpisodeTurns turns = learner::episode_turns(f.episodes, f.bonus);
+  const std::vector<double> want_turns{0, 0, 0, 0, 1, 1, 1, 1, 1, 1,  // A: the tail stays in the last turn
+                                       0, 0, 0, 1, 1,                 // B
+                                       0, 0, 0};                      // C
+  require_close_values("turn_index", turns.turn_index, want_turns, 0);
+  // B's cut-off action gets 0 plus the bonus; C's surplus reward joins its only turn.
+  require_close_values("turn_rewards", turns.turn_rewards, {0.5, 2.0, 0.25, -0.5, 3.0}, 1e-7);
+}
+
+TEST_CASE("episode turns: an episode without a generated token is refused", "[learner][ppo]") {
+  rollout::Trajectory t = episode({0, 0, 0}, {1.f});
+  t.episode_id = 42;
+  CHECK_THROWS_WITH(learner::episode_turns({&t}, {0.f}), Catch::Contains("episode 42"));
+}
+
+TEST_CASE("PPO targets: GAE over turns with a zero critic, and the value loss gradient", "[learner][ppo]") {
+  Fixture f;
+  const learner::EpisodeBatch batch = learner::make_episode_batch(f.episodes, false);
+  torch::manual_seed(3);
+  learner::ValueHead head(8);  // the output layer starts at zero: V = 0 everywhere
+  const torch::Tensor hidden = torch::randn({batch.targets.size(0), 8});
+  learner::PpoOptions options;
+  options.gamma = 1.0;
+  options.lambda = 0.5;
+  options.whiten_advantages = false;
+  const learner::PpoTargets t = learner::ppo_targets(batch, hidden, *head, f.episodes, f.bonus, options);
+  // With V = 0, delta_k = r_k and A_k = r_k + lambda * A_{k+1}:
+  //   A: A1 = 2, A0 = 0.5 + 0.5 * 2 = 1.5;  B: A1 = -0.5, A0 = 0.25 - 0.25 = 0;  C: 3.
+  std::vector<double> want;
+  for (int i = 0; i < 4; ++i) want.push_back(1.5);
+  for (int i = 0; i < 6; ++i) want.push_back(2.0);
+  for (int i = 0; i < 3; ++i) want.push_back(0.0);
+  for (int i = 0; i < 2; ++i) want.push_back(-0.5);
+  for (int i = 0; i < 3; ++i) want.push_back(3.0);
+  require_close_values("token advantages", t.token_advantages, want, 1e-6);
+  // Returns = A (V = 0): loss = 0.5 * mean(R^2) = 0.5 * (2.25 + 4 + 0 + 0.25 + 9) / 5.
+  CHECK(t.value_loss.item<double>() == Approx(1.55).epsilon(1e-6));
+  t.value_loss.backward();
+  // d loss / d output bias = mean(V - R) = -(1.5 + 2 + 0 - 0.5 + 3) / 5.
+  const torch::Tensor bias_grad = head->named_parameters()["output.bias"].grad();
+  REQUIRE(bias_grad.defined());
+  CHECK(bias_grad.item<double>() == Approx(-1.2).epsilon(1e-6));
+}
+
+TEST_CASE("PPO targets: the critic is read at the last observation token before each action", "[learner][ppo]") {
+  Fixture f;
+  const learner::EpisodeBatch batch = learner::make_episode_batch(f.episodes, false);
+  const std::int64_t tokens = batch.targets.size(0);
+  REQUIRE(tokens == 18);
+  // A critic whose value is the packed position: hidden[t, 0] = 100 + t, an
+  // identity hidden layer (SiLU(x) = x to 1e-40 at x >= 100) and an output
+  // layer that subtracts 100.
+  learner::ValueHead head(4);
+  {
+    torch::NoGradGuard no_grad;
+    auto p = head->named_parameters();
+    p["hidden.weight"].copy_(torch::eye(4));
+    p["hidden.bias"].zero_();
+    p["output.weight"].copy_(torch::tensor({{1.f, 0.f, 0.f, 0.f}}));
+    p["output.bias"].fill_(-100.f);
+  }
+  torch::Tensor hidden = torch::zeros({tokens, 4});
+  hidden.select(1, 0).copy_(torch::arange(tokens, torch::kFloat32) + 100);
+  learner::PpoOptions options;
+  options.gamma = 1.0;
+  options.lambda = 1.0;
+  options.whiten_advantages = false;
+  const learner::PpoTargets t = learner::ppo_targets(batch, hidden, *head, f.episodes, f.bonus, options);
+  // Value positions (packed): A's actions start at targets 2 and 7 -> read at
+  // 1 and 6; B's (packed from 10) at 11 and 14 -> 10 and 13; C's at 16 -> 15.
+  // lambda = gamma = 1: A_k = (reward to go) - V_k.
+  //   A: A0 = 2.5 - 1 = 1.5, A1 = 2 - 6 = -4;  B: A0 = -0.25 - 10, A1 = -0.5 - 13;  C: 3 - 15.
+  const std::vector<double> got = as_doubles(t.token_advantages);
+  CHECK(got[0] == Approx(1.5).margin(1e-4));
+  CHECK(got[4] == Approx(-4.0).margin(1e-4));
+  CHECK(got[10] == Approx(-10.25).margin(1e-4));
+  CHECK(got[13] == Approx(-13.5).margin(1e-4));
+  CHECK(got[17] == Approx(-12.0).margin(1e-4));
+  CHECK(t.value_mean == Approx((1 + 6 + 10 + 13 + 15) / 5.0).margin(1e-4));
+}
+
+TEST_CASE("PPO targets: whitened advantages have zero mean and unit std over turns", "[learner][ppo]") {
+  Fixture f;
+  const learner::EpisodeBatch batch = learner::make_episode_batch(f.episodes, false);
+  learner::ValueHead head(8);
+  learner::PpoOptions options;
+  options.lambda = 0.5;
+  const learner::PpoTargets t =
+      learner::ppo_targets(batch, torch::randn({batch.targets.size(0), 8}), *head, f.episodes, f.bonus, options);
+  // Turn advantages (1.5, 2, 0, -0.5, 3) whitened: read one token of each turn.
+  const std::vector<double> got = as_doubles(t.token_advantages);
+  const std::vector<double> turn{got[0], got[4], got[10], got[13], got[15]};
+  const double mean = (1.5 + 2 + 0 - 0.5 + 3) / 5;
+  double var = 0;
+  for (double a : {1.5, 2.0, 0.0, -0.5, 3.0}) var += (a - mean) * (a - mean) / 4;
+  CHECK(turn[0] == Approx((1.5 - mean) / std::sqrt(var)).margin(1e-5));
+  CHECK(turn[3] == Approx((-0.5 - mean) / std::sqrt(var)).margin(1e-5));
+}
