@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One-command rollback of a run to its previous good checkpoint: moves
 # RUN_DIR/checkpoints/latest to the newest valid (fully verified) version older
-# than the current one. A running job's actors load it at their next weight sync;
-# `moerl train --resume auto` resumes from it.
+# than the current one. A running job's learner notices at its next step, loads
+# that version's weights and optimizer state and publishes them to the actors
+# as a new policy version; `moerl train --resume auto` resumes from it.
 #
 # Usage: scripts/rollback.sh RUN_DIR
 #   MOERL=/path/to/moerl overrides the binary (default: build/moerl, or
@@ -10,7 +11,7 @@
 #   in place of --previous (e.g. --to good).
 set -euo pipefail
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
-  sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 RUN_DIR="$1"

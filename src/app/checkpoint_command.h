@@ -1,6 +1,6 @@
 #pragma once
-// `moerl checkpoint list|verify|tag|rollback|export|prune` over a checkpoint
-// directory, plus the hidden `write-sample` (writes a small sample version:
+// `moerl checkpoint list|verify|tag|rollback|export|prune|diff` over a
+// checkpoint directory, plus the hidden `write-sample` (writes a small sample version:
 // a tool for testing the store and these commands, not for training).
 // No MPI, no LibTorch: safe on a login node.
 //
@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -36,6 +37,8 @@ struct CheckpointOptions {
   bool no_latest = false;   // write-sample --no-latest: leave `latest` where it is
   double shard_mb = 2048;   // export-hf --shard-mb: largest safetensors shard (MiB of tensor data)
   std::string config_path;  // import-hf --config: a run config with an hf: model source
+  std::string other;        // diff: the second DIR[:VERSION|TAG] (dir is the first)
+  std::vector<std::string> ignore;  // diff --ignore: attribute names or array-name prefixes not compared
 };
 
 // Exit status: 0 success; 1 a checkpoint is invalid (verify) or an operation

@@ -3,12 +3,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -112,7 +115,7 @@ int run_rollback(CheckpointStore& store, const CheckpointOptions& options) {
   }
   std::cout << "latest: " << (result.from ? CheckpointStore::version_label(*result.from) : std::string("none"))
             << " -> " << CheckpointStore::version_label(result.to)
-            << " (running actors load it at their next weight sync)\n";
+            << " (a running job loads it at its next step and publishes it to the actors)\n";
   return 0;
 }
 
@@ -122,6 +125,136 @@ int run_prune(CheckpointStore& store, int keep_last) {
   for (const auto& leftover : result.removed_leftovers) std::cout << "removed leftover " << leftover << "\n";
   std::cout << result.kept.size() << " version(s) kept, " << result.deleted.size() << " deleted\n";
   return 0;
+}
+
+// "DIR" or "DIR:VERSION|TAG" (a suffix with no '/' after the last ':').
+std::pair<std::string, std::string> split_version_spec(const std::string& spec) {
+  const auto colon = spec.rfind(':');
+  if (colon == std::string::npos || colon + 1 == spec.size() || spec.find('/', colon) != std::string::npos)
+    return {spec, "latest"};
+  return {spec.substr(0, colon), spec.substr(colon + 1)};
+}
+
+std::string attribute_text(const storage::AttributeValue& value) {
+  std::ostringstream out;
+  out.precision(17);
+  std::visit([&](const auto& v) { out << v; }, value);
+  return out.str();
+}
+
+// Where two arrays of the same dtype and shape first differ, with both values.
+std::string first_difference(const storage::ArrayInfo& info, const std::vector<std::uint8_t>& a,
+                             const std::vector<std::uint8_t>& b) {
+  const std::size_t size = storage::dtype_size(info.dtype);
+  std::size_t at = 0;
+  while (at < a.size() && a[at] == b[at]) ++at;
+  const std::size_t element = at / size;
+  std::ostringstream out;
+  out.precision(9);
+  out << "element " << element << " of " << storage::shape_text(info.shape) << " " << storage::dtype_name(info.dtype);
+  std::size_t differing = 0;
+  for (std::size_t e = 0; e < a.size() / size; ++e)
+    differing += std::memcmp(a.data() + e * size, b.data() + e * size, size) != 0;
+  if (info.dtype == storage::DType::Float32 || info.dtype == storage::DType::Float64) {
+    auto value = [&](const std::vector<std::uint8_t>& bytes, std::size_t e) {
+      if (info.dtype == storage::DType::Float64) {
+        double v;
+        std::memcpy(&v, bytes.data() + e * 8, 8);
+        return v;
+      }
+      float v;
+      std::memcpy(&v, bytes.data() + e * 4, 4);
+      return static_cast<double>(v);
+    };
+    double max_abs = 0;
+    for (std::size_t e = 0; e < a.size() / size; ++e) max_abs = std::max(max_abs, std::fabs(value(a, e) - value(b, e)));
+    out << ": " << value(a, element) << " vs " << value(b, element) << "; max |a - b| " << max_abs;
+  } else if (info.dtype == storage::DType::Int64) {
+    std::int64_t x, y;
+    std::memcpy(&x, a.data() + element * 8, 8);
+    std::memcpy(&y, b.data() + element * 8, 8);
+    out << ": " << x << " vs " << y;
+  } else {
+    out << ": byte " << static_cast<int>(a[at]) << " vs " << static_cast<int>(b[at]);
+  }
+  out << " (" << differing << " element(s) differ)";
+  return out.str();
+}
+
+// Compares two versions shard by shard: every array's bytes and every
+// attribute except the ones that differ between any two saves (creation
+// time, the resolved config with its run name) and those under --ignore.
+int run_diff(const CheckpointOptions& options) {
+  const auto [dir_a, which_a] = split_version_spec(options.dir);
+  const auto [dir_b, which_b] = split_version_spec(options.other);
+  require_directory(dir_a);
+  require_directory(dir_b);
+  const CheckpointStore store_a(dir_a), store_b(dir_b);
+  const std::int64_t version_a = store_a.resolve(which_a), version_b = store_b.resolve(which_b);
+  const std::string label_a = dir_a + ":" + CheckpointStore::version_label(version_a);
+  const std::string label_b = dir_b + ":" + CheckpointStore::version_label(version_b);
+  std::vector<std::string> ignored = {storage::attribute_key::kCreatedUnix, storage::attribute_key::kConfigToml};
+  ignored.insert(ignored.end(), options.ignore.begin(), options.ignore.end());
+  auto is_ignored = [&](const std::string& name) {
+    return std::any_of(ignored.begin(), ignored.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
+  };
+  std::vector<std::string> differences;
+  const int shards = store_a.num_shards(version_a);
+  if (shards != store_b.num_shards(version_b))
+    differences.push_back("shards: " + std::to_string(shards) + " vs " + std::to_string(store_b.num_shards(version_b)));
+  std::uint64_t compared_bytes = 0;
+  std::size_t compared_arrays = 0, compared_attributes = 0;
+  std::map<std::string, int> arrays_by_group;  // "model" -> arrays compared under model/
+  for (int rank = 0; rank < shards && differences.empty(); ++rank) {
+    const storage::CheckpointReader a = store_a.open_shard(version_a, rank);
+    const storage::CheckpointReader b = store_b.open_shard(version_b, rank);
+    const std::string where = shards > 1 ? " (shard " + std::to_string(rank) + ")" : "";
+    for (const storage::ArrayInfo& info : a.arrays()) {
+      if (is_ignored(info.name)) continue;
+      const storage::ArrayInfo* other = b.find(info.name);
+      if (!other) {
+        differences.push_back("array " + info.name + where + ": only in " + label_a);
+      } else if (other->dtype != info.dtype || other->shape != info.shape) {
+        differences.push_back("array " + info.name + where + ": " + storage::dtype_name(info.dtype) +
+                              storage::shape_text(info.shape) + " vs " + storage::dtype_name(other->dtype) +
+                              storage::shape_text(other->shape));
+      } else {
+        const std::vector<std::uint8_t> bytes_a = a.read(info.name), bytes_b = b.read(info.name);
+        if (bytes_a != bytes_b) differences.push_back("array " + info.name + where + ": " + first_difference(info, bytes_a, bytes_b));
+        compared_bytes += bytes_a.size();
+        ++compared_arrays;
+        ++arrays_by_group[info.name.substr(0, info.name.find('/'))];
+      }
+    }
+    for (const storage::ArrayInfo& info : b.arrays())
+      if (!is_ignored(info.name) && !a.find(info.name))
+        differences.push_back("array " + info.name + where + ": only in " + label_b);
+    for (const auto& [name, value] : a.attributes()) {
+      if (is_ignored(name)) continue;
+      const auto it = b.attributes().find(name);
+      if (it == b.attributes().end()) {
+        differences.push_back("attribute " + name + where + ": only in " + label_a);
+      } else if (it->second != value) {
+        differences.push_back("attribute " + name + where + ": " + attribute_text(value) + " vs " +
+                              attribute_text(it->second));
+      }
+      ++compared_attributes;
+    }
+    for (const auto& [name, value] : b.attributes())
+      if (!is_ignored(name) && !a.attributes().count(name))
+        differences.push_back("attribute " + name + where + ": only in " + label_b);
+  }
+  if (differences.empty()) {
+    std::vector<std::string> groups;
+    for (const auto& [group, count] : arrays_by_group) groups.push_back(group + " " + std::to_string(count));
+    std::cout << label_a << " and " << label_b << " are identical: " << compared_arrays << " arrays ("
+              << join(groups, ", ") << "; " << human_bytes(compared_bytes) << "), " << compared_attributes
+              << " attributes (not compared: " << join(ignored, ", ") << ")\n";
+    return 0;
+  }
+  std::cout << label_a << " and " << label_b << " differ in " << differences.size() << " place(s):\n";
+  for (const std::string& d : differences) std::cout << "  " << d << "\n";
+  return 1;
 }
 
 // A small but representative version: every dtype, every array group, the
@@ -169,6 +302,7 @@ int run_checkpoint(const CheckpointOptions& options) {
     CheckpointStore store(options.dir);
     if (options.action == "write-sample") return run_write_sample(options);
     if (options.action == "import-hf") return run_import_hf(store, options);
+    if (options.action == "diff") return run_diff(options);
     require_directory(options.dir);
     if (options.action == "list") return run_list(store);
     if (options.action == "verify") return run_verify(store, options.version);
@@ -225,6 +359,12 @@ void add_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& opt
   exported->add_option("out", options.out_path, "Output .h5 file")->required();
   auto* prune = named("prune", "Retention: keep the last K versions plus tagged ones and latest; delete the rest");
   prune->add_option("--keep", options.keep_last, "Versions to keep (K >= 1)")->required()->check(CLI::PositiveNumber);
+  CLI::App* diff = checkpoint_cmd.add_subcommand(
+      "diff", "Compare two versions array by array and attribute by attribute (exit 1 when they differ)");
+  diff->add_option("a", options.dir, "First: DIR[:VERSION|TAG] (default: its latest)")->required();
+  diff->add_option("b", options.other, "Second: DIR[:VERSION|TAG]")->required();
+  diff->add_option("--ignore", options.ignore, "Attribute name or array-name prefix not to compare (repeatable)");
+  diff->callback([&options] { options.action = "diff"; });
   auto* sample = named("write-sample", "Write a small sample version (a tool for testing the store)");
   sample->add_option("version", options.version, "Version number")->required()->check(CLI::NonNegativeNumber);
   sample->add_option("--shards", options.shards, "Number of shards");

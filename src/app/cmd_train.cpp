@@ -56,7 +56,8 @@ int run_roles(const config::Config& config, const TrainOptions& options) {
     per_rank_file = config.run_directory() + "/logs/rank-" + std::to_string(world.rank()) + ".log";
   runtime::init_logging({config.telemetry.log_level, world.rank(), world.role_label(), per_rank_file});
   telemetry::metrics().set_identity(world.rank(), runtime::role_name(world.role()));
-  set_compute_threads(world.compute_threads());
+  // Deterministic runs: one thread, so no result depends on the host's core count.
+  set_compute_threads(config.run.deterministic ? 1 : world.compute_threads());
   runtime::Mailbox mailbox(world.message_comm(), config.cluster.message_timeout_s);
 
   if (!options.dry_run) {

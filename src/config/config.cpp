@@ -265,6 +265,9 @@ class Loader {
                 "lists 'external' but [env.external] command is empty");
     }
     require(!config_.env.families.empty(), "env.families", "must name at least one task family");
+    // Asynchronous rollouts make which weights sample which tokens a matter of timing.
+    require(!(config_.run.deterministic && config_.sync.asynchronous), "run.deterministic",
+            "needs synchronous rollouts: set sync.asynchronous = false");
     if (e.enabled) {
       require(e.top_k <= e.num_experts, "moe.top_k",
               "must be <= num_experts (" + std::to_string(e.num_experts) + "), got " +

@@ -145,7 +145,9 @@ SectionSpec run_section() {
   b.field("output_dir", &RunSection::output_dir, "Directory that holds run directories.");
   b.field("seed", &RunSection::seed, "Global seed; each rank derives its own from it.").at_least(0);
   b.field("deterministic", &RunSection::deterministic,
-          "Bitwise-reproducible runs (fixed reduction orders, one thread per op) at some speed cost.");
+          "Bitwise-reproducible runs on CPU at some speed cost: one compute thread per rank, every "
+          "session decoded alone, sampling seeded by (run seed, task seed, sample index, position), "
+          "episodes trained in (group, sample) order. Needs sync.asynchronous = false.");
   return spec;
 }
 
@@ -374,6 +376,18 @@ SectionSpec checkpoint_section() {
   b.field("directory", &CheckpointSection::directory, "Checkpoint store; empty = <run dir>/checkpoints.");
   b.field("save_on_stop", &CheckpointSection::save_on_stop,
           "On SIGTERM/SIGINT (e.g. Slurm's time limit) write a final checkpoint before exiting.");
+  b.field("every_minutes", &CheckpointSection::every_minutes,
+          "Also save when this many minutes passed since the last save (checked after each step); 0 = off.")
+      .at_least(0);
+  b.field("archive_directory", &CheckpointSection::archive_directory,
+          "Archive (stand-in for object storage): completed checkpoints, env snapshots and the metrics log "
+          "are copied there by a background thread; empty = off.");
+  b.field("archive_keep_last", &CheckpointSection::archive_keep_last,
+          "Versions kept in the archive, plus tagged ones; 0 = keep all.")
+      .at_least(0);
+  b.field("archive_wait_s", &CheckpointSection::archive_wait_s,
+          "At the end of the run, how long to wait for archive copies before failing with an error.")
+      .greater_than(0);
   return spec;
 }
 
@@ -472,6 +486,14 @@ SectionSpec faults_section() {
   b.field("env_fault_seed", &FaultsSection::env_fault_seed,
           "Seed choosing which steps the faults hit.")
       .at_least(0);
+  b.choice("checkpoint_crash_point", &FaultsSection::checkpoint_crash_point,
+           {{"none", CheckpointCrashPoint::None}, {"after_arrays", CheckpointCrashPoint::AfterArrays},
+            {"before_rename", CheckpointCrashPoint::BeforeRename}, {"before_index", CheckpointCrashPoint::BeforeIndex},
+            {"before_latest", CheckpointCrashPoint::BeforeLatest}},
+           "Learner 0 _exit()s in the middle of a checkpoint save, at this point (crash tests).");
+  b.field("checkpoint_crash_version", &FaultsSection::checkpoint_crash_version,
+          "The save of this policy version crashes; -1 = the first save of the run.")
+      .at_least(-1);
   return spec;
 }
 

@@ -1,27 +1,113 @@
 #include "moerl/learner/checkpointing.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/spdlog.h>
 
+#include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <type_traits>
 
 #include "moerl/config/config.h"
+#include "moerl/runtime/mailbox.h"
+#include "moerl/storage/archive.h"
 #include "moerl/storage/checkpoint_store.h"
+#include "moerl/telemetry/metrics.h"
 
 namespace moerl::learner {
 namespace {
 
-constexpr const char* kOptimizerArray = "optimizer/torch_state";
+namespace fs = std::filesystem;
 
-std::vector<std::uint8_t> optimizer_bytes(torch::optim::Optimizer& optimizer) {
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  const std::string text = out.str();
-  return std::vector<std::uint8_t>(text.begin(), text.end());
+constexpr const char* kLegacyOptimizerArray = "optimizer/torch_state";
+constexpr const char* kLagArray = "state/staleness/tokens_by_lag";
+constexpr const char* kTakenGroups = "staleness.taken_groups";
+constexpr const char* kDroppedGroups = "staleness.dropped_groups";
+constexpr const char* kLearnerRngPrefix = "rng/learner";
+constexpr const char* kActorRngScheme = "rng.actors";
+
+// The optimizer's per-parameter state key: a string in LibTorch 1.x, the
+// TensorImpl pointer in 2.x.
+template <typename Map>
+typename Map::key_type state_key(const Map&, const torch::Tensor& p) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
 }
 
+std::string optimizer_prefix(size_t group, size_t index) {
+  return "optimizer/group" + std::to_string(group) + "/param" + std::to_string(index) + "/";
+}
+
+void add_tensor(storage::CheckpointWriter& writer, const std::string& name, const torch::Tensor& t) {
+  const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  writer.add_array(name, storage::DType::Float32, storage::Shape(c.sizes().begin(), c.sizes().end()), c.data_ptr(),
+                   static_cast<size_t>(c.numel()) * sizeof(float));
+}
+
+// AdamW's state as plain arrays, one set per parameter (by param group and
+// position, so the value head of PPO is covered too): step, exp_avg,
+// exp_avg_sq. Plain arrays, unlike LibTorch's own serialisation (a
+// TorchScript archive with per-save unique names), are bitwise reproducible,
+// comparable by `moerl checkpoint diff`, and independent of the LibTorch version.
+void add_optimizer_state(storage::CheckpointWriter& writer, torch::optim::Optimizer& optimizer) {
+  auto& states = optimizer.state();
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& params = groups[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto it = states.find(state_key(states, params[i]));
+      if (it == states.end()) continue;  // never stepped
+      const auto* adam = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
+      MOERL_CHECK(adam != nullptr, "checkpoints hold AdamW optimizer state only");
+      const std::string prefix = optimizer_prefix(g, i);
+      const std::int64_t step = adam->step();
+      writer.add_array(prefix + "step", storage::DType::Int64, {}, &step, sizeof step);
+      add_tensor(writer, prefix + "exp_avg", adam->exp_avg());
+      add_tensor(writer, prefix + "exp_avg_sq", adam->exp_avg_sq());
+      if (adam->max_exp_avg_sq().defined()) add_tensor(writer, prefix + "max_exp_avg_sq", adam->max_exp_avg_sq());
+    }
+  }
+}
+
+torch::Tensor read_like(const storage::CheckpointReader& reader, const std::string& name, const torch::Tensor& like) {
+  // read(spec) checks dtype and shape against the parameter, naming file and dataset.
+  const std::vector<std::uint8_t> bytes = reader.read(
+      storage::ArraySpec{name, storage::DType::Float32, storage::Shape(like.sizes().begin(), like.sizes().end())});
+  torch::Tensor t = torch::empty(like.sizes(), torch::kFloat32);
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  return t.to(like.options());
+}
+
+void read_optimizer_state(const storage::CheckpointReader& reader, torch::optim::Optimizer& optimizer) {
+  auto& states = optimizer.state();
+  const auto& groups = optimizer.param_groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& params = groups[g].params();
+    for (size_t i = 0; i < params.size(); ++i) {
+      const std::string prefix = optimizer_prefix(g, i);
+      const auto key = state_key(states, params[i]);
+      if (!reader.find(prefix + "step")) {
+        states.erase(key);
+        continue;
+      }
+      std::int64_t step = 0;
+      reader.read_into(prefix + "step", &step, sizeof step);
+      auto state = std::make_unique<torch::optim::AdamWParamState>();
+      state->step(step);
+      state->exp_avg(read_like(reader, prefix + "exp_avg", params[i]));
+      state->exp_avg_sq(read_like(reader, prefix + "exp_avg_sq", params[i]));
+      if (reader.find(prefix + "max_exp_avg_sq"))
+        state->max_exp_avg_sq(read_like(reader, prefix + "max_exp_avg_sq", params[i]));
+      states[key] = std::move(state);
+    }
+  }
+}
+
+// Checkpoints written before the array layout: LibTorch's serialisation as bytes.
 void load_optimizer_bytes(torch::optim::Optimizer& optimizer, const std::vector<std::uint8_t>& bytes) {
   std::istringstream in(std::string(bytes.begin(), bytes.end()));
   torch::serialize::InputArchive archive;
@@ -29,15 +115,112 @@ void load_optimizer_bytes(torch::optim::Optimizer& optimizer, const std::vector<
   optimizer.load(archive);
 }
 
+storage::FaultPoint fault_point(config::CheckpointCrashPoint point) {
+  switch (point) {
+    case config::CheckpointCrashPoint::None: return storage::FaultPoint::None;
+    case config::CheckpointCrashPoint::AfterArrays: return storage::FaultPoint::AfterData;
+    case config::CheckpointCrashPoint::BeforeRename: return storage::FaultPoint::BeforeRename;
+    case config::CheckpointCrashPoint::BeforeIndex: return storage::FaultPoint::BeforeIndex;
+    case config::CheckpointCrashPoint::BeforeLatest: return storage::FaultPoint::BeforeLatest;
+  }
+  return storage::FaultPoint::None;
+}
+
+// Reads one complete version into the policy (and optimizer); checks the
+// whole model against it first, so nothing is half-loaded.
+LearnerState read_version(const storage::CheckpointStore& store, std::int64_t version, model::PolicyImpl& policy,
+                          torch::optim::Optimizer* optimizer) {
+  const storage::CheckpointReader reader = store.open_shard(version, 0);
+  std::vector<storage::ArraySpec> expected;
+  for (const auto& item : policy.named_parameters())
+    expected.push_back({"model/" + item.key(), storage::DType::Float32,
+                        storage::Shape(item.value().sizes().begin(), item.value().sizes().end())});
+  reader.check_arrays(expected);
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& item : policy.named_parameters()) {
+      torch::Tensor p = item.value();
+      reader.read_into("model/" + item.key(), p.data_ptr(), static_cast<size_t>(p.numel()) * sizeof(float));
+    }
+  }
+  if (optimizer) {
+    if (reader.find(kLegacyOptimizerArray)) {
+      load_optimizer_bytes(*optimizer, reader.read(kLegacyOptimizerArray));
+    } else {
+      read_optimizer_state(reader, *optimizer);
+    }
+  }
+  LearnerState state;
+  state.step = reader.int_attribute(storage::attribute_key::kLearnerStep);
+  state.version = reader.int_attribute(storage::attribute_key::kPolicyVersion);
+  state.next_group = reader.int_attribute("coordinator.next_group");
+  state.next_seed = reader.int_attribute("coordinator.next_seed");
+  if (reader.has_attribute(storage::attribute_key::kProgramVersion))
+    state.program_version = reader.string_attribute(storage::attribute_key::kProgramVersion);
+  // Older checkpoints lack what follows; a resume from them starts these afresh.
+  if (reader.has_attribute(kTakenGroups)) state.staleness.taken_groups = reader.int_attribute(kTakenGroups);
+  if (reader.has_attribute(kDroppedGroups)) state.staleness.dropped_groups = reader.int_attribute(kDroppedGroups);
+  if (reader.find(kLagArray)) {
+    const std::vector<std::uint8_t> bytes = reader.read(kLagArray);
+    state.staleness.tokens_by_lag.resize(bytes.size() / sizeof(std::int64_t));
+    std::memcpy(state.staleness.tokens_by_lag.data(), bytes.data(), bytes.size());
+  }
+  for (int rank = 0; reader.find(kLearnerRngPrefix + std::to_string(rank)); ++rank)
+    state.rng_states.push_back(reader.read(kLearnerRngPrefix + std::to_string(rank)));
+  return state;
+}
+
 }  // namespace
+
+void StalenessAccount::add_tokens(std::int64_t lag, std::int64_t count) {
+  if (lag < 0 || count <= 0) return;
+  const auto index = static_cast<size_t>(std::min<std::int64_t>(lag, kLagBuckets - 1));
+  if (tokens_by_lag.size() <= index) tokens_by_lag.resize(index + 1, 0);
+  tokens_by_lag[index] += count;
+}
+
+void StalenessAccount::add(const StalenessAccount& other) {
+  taken_groups += other.taken_groups;
+  dropped_groups += other.dropped_groups;
+  for (size_t lag = 0; lag < other.tokens_by_lag.size(); ++lag)
+    add_tokens(static_cast<std::int64_t>(lag), other.tokens_by_lag[lag]);
+}
+
+bool StalenessAccount::operator==(const StalenessAccount& other) const {
+  auto trimmed = [](std::vector<std::int64_t> v) {
+    while (!v.empty() && v.back() == 0) v.pop_back();
+    return v;
+  };
+  return taken_groups == other.taken_groups && dropped_groups == other.dropped_groups &&
+         trimmed(tokens_by_lag) == trimmed(other.tokens_by_lag);
+}
 
 std::string checkpoint_directory(const config::Config& config) {
   return config.checkpoint.directory.empty() ? config.run_directory() + "/checkpoints" : config.checkpoint.directory;
 }
 
-void save_checkpoint(const config::Config& config, model::PolicyImpl& policy, torch::optim::Optimizer& optimizer,
-                     const LearnerState& state) {
-  storage::CheckpointStore store(checkpoint_directory(config));
+std::vector<std::uint8_t> cpu_generator_state() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  const at::Tensor state = generator.get_state().contiguous();
+  const auto* data = state.data_ptr<std::uint8_t>();
+  return std::vector<std::uint8_t>(data, data + state.numel());
+}
+
+void set_cpu_generator_state(const std::vector<std::uint8_t>& state) {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  at::Tensor tensor = torch::empty({static_cast<std::int64_t>(state.size())}, torch::kUInt8);
+  std::memcpy(tensor.data_ptr<std::uint8_t>(), state.data(), state.size());
+  generator.set_state(tensor);
+}
+
+std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& policy,
+                              torch::optim::Optimizer& optimizer, const LearnerState& state,
+                              const storage::FaultInjection& faults, std::optional<std::int64_t> latest_expected) {
+  storage::StoreOptions options;
+  options.faults = faults;
+  storage::CheckpointStore store(checkpoint_directory(config), options);
   std::filesystem::create_directories(store.directory());
   auto writer = store.shard_writer(state.version, 0, 1);
   for (const auto& item : policy.named_parameters()) {
@@ -46,18 +229,43 @@ void save_checkpoint(const config::Config& config, model::PolicyImpl& policy, to
                       storage::Shape(p.sizes().begin(), p.sizes().end()), p.data_ptr(),
                       static_cast<size_t>(p.numel()) * sizeof(float));
   }
-  const std::vector<std::uint8_t> optimizer_state = optimizer_bytes(optimizer);
-  writer->add_array(kOptimizerArray, storage::DType::UInt8, {static_cast<std::int64_t>(optimizer_state.size())},
-                    optimizer_state.data(), optimizer_state.size());
+  add_optimizer_state(*writer, optimizer);
+  for (size_t rank = 0; rank < state.rng_states.size(); ++rank) {
+    const auto& rng = state.rng_states[rank];
+    writer->add_array(kLearnerRngPrefix + std::to_string(rank), storage::DType::UInt8,
+                      {static_cast<std::int64_t>(rng.size())}, rng.data(), rng.size());
+  }
+  // At least one bucket, so that the array always exists.
+  std::vector<std::int64_t> lags = state.staleness.tokens_by_lag;
+  if (lags.empty()) lags.push_back(0);
+  writer->add_array(kLagArray, storage::DType::Int64, {static_cast<std::int64_t>(lags.size())}, lags.data(),
+                    lags.size() * sizeof(std::int64_t));
+  writer->set_attribute(kTakenGroups, state.staleness.taken_groups);
+  writer->set_attribute(kDroppedGroups, state.staleness.dropped_groups);
+  writer->set_attribute(kActorRngScheme,
+                        std::string(config.run.deterministic
+                                        ? "counter-based: splitmix64(run seed, task seed, sample index) per episode, "
+                                          "token position as the counter; no state to save"
+                                        : "counter-based: splitmix64(episode id, run seed) per episode, token "
+                                          "position as the counter; no state to save"));
   writer->set_attribute(storage::attribute_key::kLearnerStep, state.step);
   writer->set_attribute(storage::attribute_key::kPolicyVersion, state.version);
   writer->set_attribute("coordinator.next_group", state.next_group);
   writer->set_attribute("coordinator.next_seed", state.next_seed);
   writer->set_attribute(storage::attribute_key::kConfigToml, config::to_toml(config));
   writer->set_attribute(std::string(storage::attribute_key::kMetricPrefix) + "reward_mean", state.reward_mean);
-  writer->commit();
-  store.complete_version(state.version, 1);
+  const std::uint64_t bytes = writer->commit();
+  bool move_latest = true;
+  if (latest_expected) {
+    const std::optional<std::int64_t> latest = store.latest();
+    move_latest = !latest || *latest == *latest_expected;
+    if (!move_latest)
+      spdlog::warn("checkpoint version {}: `latest` was moved to v{} during the save; leaving it there", state.version,
+                   *latest);
+  }
+  store.complete_version(state.version, 1, move_latest);
   store.apply_retention(static_cast<int>(config.checkpoint.keep_last));
+  return bytes;
 }
 
 std::optional<LearnerState> load_checkpoint(const config::Config& config, const std::string& spec,
@@ -81,31 +289,145 @@ std::optional<LearnerState> load_checkpoint(const config::Config& config, const 
       if (spec == "auto" && choice.skipped.empty()) return std::nullopt;
       throw Error("no valid checkpoint in '" + directory + "': " + choice.describe());
     }
-    if (!choice.skipped.empty()) spdlog::warn("resume: {}", choice.describe());
+    if (choice.noteworthy()) {
+      std::istringstream lines(choice.describe());
+      for (std::string line; std::getline(lines, line);) spdlog::warn("resume: {}", line);
+    }
     version = *choice.version;
   } else {
     version = store.resolve(which);
   }
-  const storage::CheckpointReader reader = store.open_shard(version, 0);
-  // Check the whole model against the checkpoint first: nothing is half-loaded.
-  std::vector<storage::ArraySpec> expected;
-  for (const auto& item : policy.named_parameters())
-    expected.push_back({"model/" + item.key(), storage::DType::Float32,
-                        storage::Shape(item.value().sizes().begin(), item.value().sizes().end())});
-  reader.check_arrays(expected);
-  torch::NoGradGuard no_grad;
-  for (const auto& item : policy.named_parameters()) {
-    torch::Tensor p = item.value();
-    reader.read_into("model/" + item.key(), p.data_ptr(), static_cast<size_t>(p.numel()) * sizeof(float));
-  }
-  if (optimizer) load_optimizer_bytes(*optimizer, reader.read(kOptimizerArray));
-  LearnerState state;
-  state.step = reader.int_attribute(storage::attribute_key::kLearnerStep);
-  state.version = reader.int_attribute(storage::attribute_key::kPolicyVersion);
-  state.next_group = reader.int_attribute("coordinator.next_group");
-  state.next_seed = reader.int_attribute("coordinator.next_seed");
+  const LearnerState state = read_version(store, version, policy, optimizer);
+  if (!state.program_version.empty() && state.program_version != storage::program_version())
+    spdlog::warn("resume: {} was written by {}, this is {}", store.shard_path(version, 0), state.program_version,
+                 storage::program_version());
   spdlog::info("resumed from {} version {} (learner step {})", directory, state.version, state.step);
   return state;
+}
+
+LearnerState load_checkpoint_version(const config::Config& config, std::int64_t version, model::PolicyImpl& policy,
+                                     torch::optim::Optimizer* optimizer) {
+  const storage::CheckpointStore store(checkpoint_directory(config));
+  return read_version(store, version, policy, optimizer);
+}
+
+// ---------------------------------------------------------------------------
+CheckpointSchedule::CheckpointSchedule(const config::Config& config)
+    : config_(config), directory_(checkpoint_directory(config)), last_save_s_(runtime::monotonic_seconds()) {
+  if (!config.checkpoint.archive_directory.empty())
+    archiver_ = std::make_unique<storage::Archiver>(directory_, config.checkpoint.archive_directory,
+                                                    static_cast<int>(config.checkpoint.archive_keep_last));
+}
+
+CheckpointSchedule::~CheckpointSchedule() = default;
+
+bool CheckpointSchedule::due(std::int64_t step) const {
+  const auto& c = config_.checkpoint;
+  if (c.every_steps > 0 && step % c.every_steps == 0) return true;
+  return c.every_minutes > 0 && runtime::monotonic_seconds() - last_save_s_ >= 60 * c.every_minutes;
+}
+
+void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer,
+                              const LearnerState& state) {
+  const config::FaultsSection& f = config_.faults;
+  storage::FaultInjection faults;
+  const bool this_save = f.checkpoint_crash_version < 0 ? saves_ == 0 : f.checkpoint_crash_version == state.version;
+  if (f.checkpoint_crash_point != config::CheckpointCrashPoint::None && this_save) {
+    faults.point = fault_point(f.checkpoint_crash_point);
+    faults.action = storage::FaultAction::Exit;
+    spdlog::warn("[faults] checkpoint_crash_point: the save of version {} will stop at {}", state.version,
+                 storage::fault_point_name(faults.point));
+  }
+  const double started = runtime::monotonic_seconds();
+  const std::uint64_t bytes = save_checkpoint(config_, policy, optimizer, state, faults, expected_latest_);
+  const double seconds = runtime::monotonic_seconds() - started;
+  ++saves_;
+  // When a rollback raced with this save, `latest` stayed where it was moved
+  // to; expecting this version makes the next check notice it.
+  expected_latest_ = state.version;
+  last_save_s_ = runtime::monotonic_seconds();
+  telemetry::metrics().record("checkpoint.save_s", seconds);
+  telemetry::metrics().add("checkpoint.bytes", static_cast<double>(bytes));
+  spdlog::info("checkpoint version {} saved in {:.2f} s ({:.1f} MB, {:.2f} GB/s)", state.version, seconds,
+               static_cast<double>(bytes) / 1e6, static_cast<double>(bytes) / 1e9 / std::max(seconds, 1e-9));
+  if (archiver_) archive_after_save(state.version);
+}
+
+void CheckpointSchedule::archive_after_save(std::int64_t version) {
+  collect_archive_results(false);
+  archive_jobs_.push_back(archiver_->archive_copy(version));
+  const std::string metrics = config_.run_directory() + "/" + config_.telemetry.metrics_file;
+  std::error_code ec;
+  if (fs::exists(metrics, ec))
+    archive_jobs_.push_back(archiver_->archive_file(metrics, "metrics/" + fs::path(metrics).filename().string()));
+  // Environment snapshots: copy the files that are new or grew since the last time.
+  const std::string env_dir =
+      config_.env.archive_dir.empty() ? config_.run_directory() + "/archive/env" : config_.env.archive_dir;
+  if (!fs::is_directory(env_dir, ec)) return;
+  for (const auto& entry : fs::directory_iterator(env_dir, ec)) {
+    if (!entry.is_regular_file(ec)) continue;
+    const std::string name = entry.path().filename().string();
+    const std::uintmax_t size = entry.file_size(ec);
+    if (ec || archived_env_files_[name] == size) continue;
+    archived_env_files_[name] = size;
+    archive_jobs_.push_back(archiver_->archive_file(entry.path().string(), "env/" + name));
+  }
+}
+
+void CheckpointSchedule::collect_archive_results(bool wait) {
+  for (auto it = archive_jobs_.begin(); it != archive_jobs_.end();) {
+    if (!wait && it->wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ++it;
+      continue;
+    }
+    try {
+      const storage::ArchiveResult result = it->get();
+      spdlog::debug("archived {} to {} ({} bytes, {:.2f} s)", result.what, result.destination, result.bytes,
+                    result.seconds);
+      telemetry::metrics().add("checkpoint.archived_bytes", static_cast<double>(result.bytes));
+    } catch (const std::exception& error) {
+      // A copy that fails (a version retention already deleted, a full
+      // disk) does not stop training; finish() reports them together.
+      spdlog::warn("archive: {}", error.what());
+      archive_errors_.push_back(error.what());
+    }
+    it = archive_jobs_.erase(it);
+  }
+}
+
+std::optional<std::int64_t> CheckpointSchedule::rollback_request() const {
+  std::error_code ec;
+  if (!expected_latest_ || !fs::is_directory(directory_, ec)) return std::nullopt;
+  try {
+    const std::optional<std::int64_t> latest = storage::CheckpointStore(directory_).latest();
+    if (latest && *latest != *expected_latest_) return latest;
+  } catch (const Error& error) {
+    spdlog::warn("checkpoint store {}: {}", directory_, error.what());
+  }
+  return std::nullopt;
+}
+
+void CheckpointSchedule::accept_latest() {
+  expected_latest_.reset();
+  std::error_code ec;
+  if (!fs::is_directory(directory_, ec)) return;
+  try {
+    expected_latest_ = storage::CheckpointStore(directory_).latest();
+  } catch (const Error& error) {
+    spdlog::warn("checkpoint store {}: {}", directory_, error.what());
+  }
+}
+
+void CheckpointSchedule::finish() {
+  if (!archiver_) return;
+  const double started = runtime::monotonic_seconds();
+  if (!archiver_->wait_idle_for(config_.checkpoint.archive_wait_s))
+    throw Error("archive: " + std::to_string(archiver_->pending()) + " copies into '" +
+                config_.checkpoint.archive_directory + "' still unfinished after [checkpoint] archive_wait_s = " +
+                std::to_string(config_.checkpoint.archive_wait_s) + " s");
+  collect_archive_results(true);
+  spdlog::info("archive: copies in {} complete (waited {:.1f} s at the end; {} failed)",
+               config_.checkpoint.archive_directory, runtime::monotonic_seconds() - started, archive_errors_.size());
 }
 
 }  // namespace moerl::learner

@@ -80,13 +80,28 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
     publisher_ = std::make_unique<sync::WeightPublisher>(*sync_comm, sync::module_weight_views(*policy_),
                                                          sync::sync_options(config.sync, config.cluster.message_timeout_s));
   }
+  if (world.is_coordinator()) checkpoints_ = std::make_unique<CheckpointSchedule>(config);
+  rng_states_.assign(static_cast<size_t>(learners_), {});
   if (!resume.empty()) {
     if (const auto state = load_checkpoint(config, resume, *policy_, optimizer_.get())) {
       step_ = state->step;
       version_ = state->version;
-      if (coordinator_)
+      staleness_ = state->staleness;
+      // Each learner continues its own random stream (a checkpoint of
+      // another learner count restores none).
+      const auto rank = static_cast<size_t>(learner_comm.rank());
+      if (state->rng_states.size() == static_cast<size_t>(learners_) && !state->rng_states[rank].empty()) {
+        set_cpu_generator_state(state->rng_states[rank]);
+      } else if (world.is_coordinator()) {
+        spdlog::warn("resume: the checkpoint holds {} learner RNG states for {} learners; generators not restored",
+                     state->rng_states.size(), learners_);
+      }
+      if (coordinator_) {
         coordinator_->resume(static_cast<std::uint64_t>(state->next_group), static_cast<std::uint64_t>(state->next_seed),
                              version_);
+        checkpoints_->accept_latest();
+        telemetry::metrics().add("learner.dropped_groups", static_cast<double>(staleness_.dropped_groups));
+      }
     } else if (world.is_coordinator()) {
       spdlog::info("--resume auto: no checkpoint in {}; starting fresh", checkpoint_directory(config));
     }
@@ -166,17 +181,26 @@ std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t&
   for (std::uint64_t id : complete) {
     std::vector<rollout::Trajectory> episodes = std::move(groups_[id]);
     groups_.erase(id);
+    // Deterministic mode: (group, sample index) order, not arrival order (episode ids encode both there).
+    if (config_.run.deterministic)
+      std::sort(episodes.begin(), episodes.end(), [](const auto& a, const auto& b) { return a.episode_id < b.episode_id; });
     std::int32_t oldest = std::numeric_limits<std::int32_t>::max();
     for (const auto& e : episodes)
       if (e.min_version() >= 0) oldest = std::min(oldest, e.min_version());
     // Bounded staleness: a group sampled by weights older than allowed is not trained on.
     if (oldest != std::numeric_limits<std::int32_t>::max() && version_ - oldest > config_.sync.max_staleness) {
       ++dropped;
+      ++staleness_step_.dropped_groups;
       continue;
     }
     ++taken;
-    for (auto& e : episodes)
-      if (e.error.empty() && e.tokens.size() >= 2) batch_storage_.push_back(std::move(e));
+    ++staleness_step_.taken_groups;
+    for (auto& e : episodes) {
+      if (!e.error.empty() || e.tokens.size() < 2) continue;
+      for (std::int32_t v : e.versions)
+        if (v >= 0) staleness_step_.add_tokens(version_ - v, 1);
+      batch_storage_.push_back(std::move(e));
+    }
   }
   std::vector<const rollout::Trajectory*> batch;
   for (const auto& e : batch_storage_) batch.push_back(&e);
@@ -395,16 +419,66 @@ void Learner::check_learners_agree() {
 
 void Learner::save_checkpoint_now(double reward_mean) {
   if (!world_.is_coordinator()) return;
-  const double started = now_s();
   LearnerState state;
   state.step = step_;
   state.version = version_;
   state.next_group = static_cast<std::int64_t>(coordinator_->next_group());
   state.next_seed = static_cast<std::int64_t>(coordinator_->next_seed());
   state.reward_mean = reward_mean;
-  save_checkpoint(config_, *policy_, *optimizer_, state);
-  telemetry::metrics().record("checkpoint.save_s", now_s() - started);
-  spdlog::info("checkpoint version {} saved in {:.2f} s", version_, now_s() - started);
+  state.staleness = staleness_;
+  state.rng_states = rng_states_;
+  checkpoints_->save(*policy_, *optimizer_, state);
+}
+
+void Learner::checkpoint_step(bool done, double reward_mean) {
+  // [save now, rollback target + 1, taken, dropped, tokens by lag..., RNG state bytes of every learner...]
+  const std::vector<std::uint8_t> rng = cpu_generator_state();
+  constexpr size_t kHead = 4 + StalenessAccount::kLagBuckets;
+  std::vector<double> shared(kHead + rng.size() * static_cast<size_t>(learners_), 0.0);
+  if (checkpoints_) {
+    shared[0] = !done && checkpoints_->due(step_) ? 1.0 : 0.0;
+    if (const auto target = checkpoints_->rollback_request()) shared[1] = static_cast<double>(*target + 1);
+  }
+  shared[2] = static_cast<double>(staleness_step_.taken_groups);
+  shared[3] = static_cast<double>(staleness_step_.dropped_groups);
+  for (size_t lag = 0; lag < staleness_step_.tokens_by_lag.size(); ++lag)
+    shared[4 + lag] = static_cast<double>(staleness_step_.tokens_by_lag[lag]);
+  const size_t mine = kHead + rng.size() * static_cast<size_t>(learner_comm_.rank());
+  for (size_t i = 0; i < rng.size(); ++i) shared[mine + i] = rng[i];
+  if (learners_ > 1)
+    learner_comm_.allreduce_sum(shared.data(), shared.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);
+  StalenessAccount step;
+  step.taken_groups = static_cast<std::int64_t>(shared[2]);
+  step.dropped_groups = static_cast<std::int64_t>(shared[3]);
+  for (int lag = 0; lag < StalenessAccount::kLagBuckets; ++lag) step.add_tokens(lag, static_cast<std::int64_t>(shared[4 + lag]));
+  staleness_.add(step);
+  staleness_step_ = StalenessAccount{};
+  for (int r = 0; r < learners_; ++r) {
+    const double* slot = shared.data() + kHead + rng.size() * static_cast<size_t>(r);
+    rng_states_[static_cast<size_t>(r)].assign(slot, slot + rng.size());
+  }
+  // A rollback replaces this step's weights: saving them first would move `latest` back.
+  if (shared[1] > 0) {
+    roll_back_to(static_cast<std::int64_t>(shared[1]) - 1);
+  } else if (shared[0] > 0) {
+    save_checkpoint_now(reward_mean);
+  }
+}
+
+void Learner::roll_back_to(std::int64_t version) {
+  const std::int64_t from = version_;
+  const LearnerState loaded = load_checkpoint_version(config_, version, *policy_, optimizer_.get());
+  // A new policy version carries the rolled-back weights, so that every
+  // trajectory's versions stay monotonic and staleness keeps its meaning.
+  ++version_;
+  if (checkpoints_) checkpoints_->accept_latest();
+  telemetry::metrics().add("learner.rollbacks");
+  telemetry::metrics().set("learner.rolled_back_to", static_cast<double>(version));
+  if (world_.is_coordinator())
+    spdlog::warn("rollback: `latest` was moved to v{} (learner step {}); loaded its weights and optimizer state "
+                 "in place of v{}; publishing them as policy version {}",
+                 loaded.version, loaded.step, from, version_);
+  publish_weights();
 }
 
 void Learner::publish_weights() {
@@ -480,13 +554,13 @@ void Learner::run(runtime::StopCoordinator& stop) {
     report(stats, now_s() - training_started, first_step);
     write_metrics_line();
     last_reward = stats.reward_mean;
-    if (config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0 && !done)
-      save_checkpoint_now(last_reward);
+    checkpoint_step(done, last_reward);
   }
   // The final weights, or the state at a stop signal (Slurm's SIGTERM before
   // its time limit): a later --resume auto continues from here.
   if (step_ > first_step && (!stop.should_stop() || config_.checkpoint.save_on_stop)) save_checkpoint_now(last_reward);
   if (!coordinator_) return;
+  checkpoints_->finish();  // the archive copies, with a deadline
   if (stop.should_stop()) {
     std::printf("stopping after step %lld: %s (checkpoint %s)\n", static_cast<long long>(step_), stop.reason().c_str(),
                 config_.checkpoint.save_on_stop ? "saved" : "not saved: [checkpoint] save_on_stop = false");

@@ -40,8 +40,8 @@ void TaskCoordinator::start_evaluation(std::int64_t min_version) {
 }
 
 void TaskCoordinator::resume(std::uint64_t next_group, std::uint64_t next_seed, std::int64_t version) {
-  next_group_ = next_group;
-  next_seed_ = next_seed;
+  next_group_ = cursor_group_ = next_group;
+  next_seed_ = cursor_seed_ = next_seed;
   min_version_floor_ = version;
   eval_queue_.clear();
   eval_outstanding_ = 0;
@@ -121,6 +121,8 @@ void TaskCoordinator::on_step(std::int64_t groups_consumed, std::int64_t groups_
     assigned_this_step_ = 0;
   }
   step_version_ = policy_version;
+  cursor_group_ = next_group_;
+  cursor_seed_ = next_seed_;
   if (training_done && phase_ == Phase::Train) {
     phase_ = Phase::EvalAfter;
     start_evaluation(policy_version);

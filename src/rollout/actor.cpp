@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "moerl/core/hash.h"
 #include "moerl/model/tokenizer.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics.h"
@@ -21,6 +22,7 @@ EngineOptions engine_options(const config::Config& config) {
   // truncating old turns would make those differ, so a full context ends the
   // episode (flagged) instead.
   options.context_policy = ContextPolicy::ContextEndEpisode;
+  options.isolate_sessions = config.run.deterministic;
   return options;
 }
 
@@ -28,6 +30,20 @@ std::vector<int> env_worker_ranks(const runtime::World& world) { return world.la
 
 // Sessions of different actors never share an id: the actor's rank in the high bits.
 std::uint64_t episode_id(int rank, std::uint64_t counter) { return (static_cast<std::uint64_t>(rank) << 40) | counter; }
+
+// Deterministic mode: the id names (group, sample index) whichever actor runs
+// it, so that learners can order episodes canonically (group ids are unique
+// over the run, group_size <= 1024 < 2^16).
+std::uint64_t canonical_episode_id(std::uint64_t group_id, int sample) {
+  return (group_id << 16) | static_cast<std::uint64_t>(sample);
+}
+
+// Deterministic mode: the sampling stream of one episode depends only on the
+// run seed, the task seed and the sample index (the engine adds the token
+// position), not on which actor runs it or in which order.
+std::uint64_t canonical_session_seed(std::int64_t run_seed, std::uint64_t task_seed, std::uint64_t sample) {
+  return mix64(mix64(static_cast<std::uint64_t>(run_seed)) ^ mix64(task_seed ^ mix64(sample)));
+}
 
 }  // namespace
 
@@ -74,7 +90,9 @@ void Actor::start_waiting_groups() {
     for (int k = 0; k < group.size; ++k) {
       Episode episode;
       episode.group = group;
-      episode.id = episode_id(world_.rank(), next_episode_++);
+      episode.id = config_.run.deterministic ? canonical_episode_id(group.group_id, k)
+                                             : episode_id(world_.rank(), next_episode_++);
+      episode.sample = k;
       episode.started = std::chrono::steady_clock::now();
       Trajectory& t = episode.trajectory;
       t.episode_id = episode.id;
@@ -107,7 +125,13 @@ void Actor::prompt_turn(Episode& episode, const std::string& observation, bool f
     t.behaviour_logprobs.push_back(0.f);
     t.versions.push_back(-1);
   }
-  if (first) engine_.add_session(episode.id, episode.id ^ static_cast<std::uint64_t>(config_.run.seed) * 0x9E3779B97F4A7C15ull);
+  if (first) {
+    const std::uint64_t seed =
+        config_.run.deterministic
+            ? canonical_session_seed(config_.run.seed, episode.group.task.seed, static_cast<std::uint64_t>(episode.sample))
+            : episode.id ^ static_cast<std::uint64_t>(config_.run.seed) * 0x9E3779B97F4A7C15ull;
+    engine_.add_session(episode.id, seed);
+  }
   engine_.append_prompt(episode.id, prompt);
   SamplingParams sampling;
   const double temperature =

@@ -301,7 +301,7 @@ std::vector<GenerationEngine::Row> GenerationEngine::schedule() {
   std::int64_t prefill_budget = options_.max_step_tokens;
   auto admit = [&](Session& s, bool is_decode) {
     std::int64_t count = feed_target(s) - s.fed;
-    if (!is_decode) count = std::min(count, prefill_budget);
+    if (!is_decode) count = std::min(count, options_.isolate_sessions ? options_.max_step_tokens : prefill_budget);
     if (count <= 0) return;
     if (s.kv < 0) s.kv = cache_.add_sequence();
     std::int64_t need = cache_.blocks_needed({s.kv}, {count});
@@ -330,7 +330,7 @@ std::vector<GenerationEngine::Row> GenerationEngine::schedule() {
       need = cache_.blocks_needed({s.kv}, {count});
     }
     reserved += need;
-    if (!is_decode) prefill_budget -= count;
+    if (!is_decode && !options_.isolate_sessions) prefill_budget -= count;
     rows.push_back(Row{&s, count});
   };
   for (Session* s : decode) admit(*s, true);
@@ -452,8 +452,14 @@ std::vector<std::uint64_t> GenerationEngine::step() {
     (is_decode ? decode_rows : prefill_rows).push_back(r);
     if (!is_decode) prefill_tokens += r.count;
   }
-  run_rows(decode_rows, finished);
-  run_rows(prefill_rows, finished);
+  if (options_.isolate_sessions) {
+    // One forward per session: a [B, S] batch could round differently than the same row alone.
+    for (const std::vector<Row>* group : {&decode_rows, &prefill_rows})
+      for (const Row& r : *group) run_rows({r}, finished);
+  } else {
+    run_rows(decode_rows, finished);
+    run_rows(prefill_rows, finished);
+  }
   ++step_count_;
   std::sort(finished.begin(), finished.end());
 

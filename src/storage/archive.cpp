@@ -98,6 +98,12 @@ void Archiver::wait_idle() const {
   changed_.wait(lock, [this] { return queue_.empty() && running_ == 0; });
 }
 
+bool Archiver::wait_idle_for(double timeout_s) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                           [this] { return queue_.empty() && running_ == 0; });
+}
+
 void Archiver::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {

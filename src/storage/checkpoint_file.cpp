@@ -166,6 +166,8 @@ std::int64_t element_count(const Shape& shape) {
   return count;
 }
 
+std::string program_version() { return std::string("moerl ") + MOERL_VERSION; }
+
 // ---------------------------------------------------------------------------
 const char* fault_point_name(FaultPoint point) {
   switch (point) {
@@ -231,7 +233,7 @@ CheckpointWriter::CheckpointWriter(std::string final_path, ShardIdentity identit
                           std::to_string(identity_.num_shards) + " is out of range");
   }
   file_.emplace(h5::File::create(temporary_path_));
-  attributes_[attribute_key::kProgramVersion] = std::string("moerl ") + MOERL_VERSION;
+  attributes_[attribute_key::kProgramVersion] = program_version();
   attributes_[attribute_key::kCreatedUnix] = static_cast<std::int64_t>(std::time(nullptr));
 }
 

@@ -110,6 +110,12 @@ std::string ResumeChoice::describe() const {
   for (const auto& [version, reason] : skipped) {
     out << "skipped " << CheckpointStore::version_label(version) << ": " << reason << "\n";
   }
+  for (const auto& [version, reason] : passed_over) {
+    out << "not using " << CheckpointStore::version_label(version) << ": " << reason << "\n";
+  }
+  for (const std::string& name : interrupted_saves) {
+    out << "an interrupted save left '" << name << "' (its process is gone)\n";
+  }
   if (version) {
     out << "using " << CheckpointStore::version_label(*version) << "\n";
   } else {
@@ -359,22 +365,51 @@ ResumeChoice CheckpointStore::resume_choice() const {
   } catch (const Error& error) {
     latest_problem = error.what();
   }
+  ResumeChoice choice;
+  bool latest_valid = false;
   if (current) {
     const VerifyResult verified = verify(*current);
+    latest_valid = verified.valid;
     if (verified.valid) {
-      ResumeChoice choice;
       choice.version = current;
-      return choice;
+    } else {
+      latest_problem = "latest: " + verified.problem;
     }
-    latest_problem = "latest: " + verified.problem;
   }
-  ResumeChoice choice = newest_valid();
-  if (current && !latest_problem.empty()) {
-    const bool listed = std::any_of(choice.skipped.begin(), choice.skipped.end(),
-                                    [&](const auto& s) { return s.first == *current; });
-    if (!listed) choice.skipped.insert(choice.skipped.begin(), {*current, latest_problem});
+  if (!latest_valid) {
+    choice = newest_valid();
+    if (current && !latest_problem.empty()) {
+      const bool listed = std::any_of(choice.skipped.begin(), choice.skipped.end(),
+                                      [&](const auto& s) { return s.first == *current; });
+      if (!listed) choice.skipped.insert(choice.skipped.begin(), {*current, latest_problem});
+    }
   }
+  note_passed_over(choice);
   return choice;
+}
+
+void CheckpointStore::note_passed_over(ResumeChoice& choice) const {
+  if (choice.version) {
+    const std::vector<std::int64_t> all = versions();
+    for (auto it = all.rbegin(); it != all.rend() && *it > *choice.version; ++it) {
+      const bool skipped = std::any_of(choice.skipped.begin(), choice.skipped.end(),
+                                       [&](const auto& s) { return s.first == *it; });
+      if (skipped) continue;
+      const VerifyResult verified = verify(*it);
+      choice.passed_over.emplace_back(
+          *it, verified.valid ? "complete and valid, but `latest` names " + version_label(*choice.version) +
+                                    " (a save stopped before `latest` moved, or a rollback)"
+                              : verified.problem);
+    }
+  }
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(directory_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!is_temporary_name(name)) continue;
+    const long pid = std::strtol(name.c_str() + name.find(".tmp.") + 5, nullptr, 10);
+    if (!process_alive(pid)) choice.interrupted_saves.push_back(name);
+  }
+  std::sort(choice.interrupted_saves.begin(), choice.interrupted_saves.end());
 }
 
 // ---------------------------------------------------------------------------

@@ -111,6 +111,25 @@ TEST_CASE("a crash at each save point leaves the previous version in use", "[sto
         CHECK(store.latest() == 1);
         CHECK(store.verify(1).valid);
         CHECK(store.resume_choice().version == 1);
+        // Resume says what it passed over: a newer whole or partial v2, or a
+        // killed writer's temporary shard (a thrown fault cleans up after itself).
+        const ResumeChoice resumed = store.resume_choice();
+        if (point == FaultPoint::BeforeLatest || point == FaultPoint::BeforeIndex) {
+          REQUIRE(resumed.passed_over.size() == 1);
+          CHECK(resumed.passed_over[0].first == 2);
+          CHECK_THAT(resumed.passed_over[0].second,
+                     Catch::Contains(point == FaultPoint::BeforeLatest ? "`latest` names v000001" : "incomplete"));
+        } else {
+          CHECK(resumed.passed_over.empty());
+        }
+        const bool killed_mid_shard =
+            action == FaultAction::Exit && (point == FaultPoint::AfterData || point == FaultPoint::BeforeRename);
+        REQUIRE(resumed.interrupted_saves.size() == (killed_mid_shard ? 1u : 0u));
+        if (killed_mid_shard) {
+          CHECK_THAT(resumed.interrupted_saves[0], Catch::StartsWith(".v000002.rank0.h5.tmp."));
+          CHECK_THAT(resumed.describe(), Catch::Contains("an interrupted save left"));
+        }
+        CHECK(resumed.noteworthy() == (killed_mid_shard || !resumed.passed_over.empty()));
         const ResumeChoice newest = store.newest_valid();
         if (point == FaultPoint::BeforeLatest) {
           // The index is the commit point: v2 is whole, only `latest` did not move yet.
@@ -250,7 +269,7 @@ TEST_CASE("archive copies run in the background and keep the archive's retention
     const ArchiveResult result = copy.get();
     CHECK(result.bytes > 0);
   }
-  archiver.wait_idle();
+  CHECK(archiver.wait_idle_for(60));
   CHECK(archiver.pending() == 0);
   const CheckpointStore archive(archiver.checkpoint_archive_dir());
   CHECK(archive.versions() == std::vector<std::int64_t>{1, 3, 4});  // keep 2 + the tagged one

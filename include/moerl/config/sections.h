@@ -186,6 +186,10 @@ struct CheckpointSection {
   std::int64_t keep_last = 3;            // retention: the last K plus every tagged version
   std::string directory = "";            // "" = <run dir>/checkpoints
   bool save_on_stop = true;              // SIGTERM/SIGINT: write a final checkpoint before exiting
+  double every_minutes = 0.0;            // also save when this much time passed since the last save; 0 = off
+  std::string archive_directory = "";    // copies of checkpoints, env snapshots, metrics; "" = off
+  std::int64_t archive_keep_last = 0;    // versions kept in the archive (plus tagged ones); 0 = all
+  double archive_wait_s = 600.0;         // at exit, how long the job waits for archive copies to finish
 };
 
 // [pretrain]: supervised warm-up on the scripted experts' demonstrations.
@@ -198,6 +202,9 @@ struct PretrainSection {
   std::string output = "";               // checkpoint file; "" = <run dir>/base.pt
 };
 
+// Where a learner's checkpoint save is killed ([faults] checkpoint_crash_point).
+enum class CheckpointCrashPoint { None, AfterArrays, BeforeRename, BeforeIndex, BeforeLatest };
+
 // [faults]: deliberate failures, for testing that the job survives or stops
 // cleanly. All off by default; never set them in production configs.
 struct FaultsSection {
@@ -208,6 +215,8 @@ struct FaultsSection {
   double env_crash_rate = 0.0;   // probability that an env step attempt crashes
   std::int64_t env_fault_attempts = 1;  // faults hit only the first N attempts of a step
   std::int64_t env_fault_seed = 0;      // which steps are hit is a function of this seed
+  CheckpointCrashPoint checkpoint_crash_point = CheckpointCrashPoint::None;  // learner 0 _exit()s mid-save
+  std::int64_t checkpoint_crash_version = -1;  // the save of this policy version crashes; -1 = the first save
 };
 
 }  // namespace moerl::config

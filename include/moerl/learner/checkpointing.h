@@ -1,21 +1,45 @@
 #pragma once
-// Saving and resuming the learner through the HDF5 checkpoint store: model
-// parameters (one dataset each, by name), the optimizer state (LibTorch's
-// own serialisation, as bytes), learner step, policy version, the data
-// cursor of learner 0's task coordinator, the resolved config and the step's
-// metrics. Every learner holds the same weights, so learner 0 writes one
-// shard; every learner reads it on resume.
+// Saving and resuming the learner through the HDF5 checkpoint store.
+//
+// One version holds: model parameters (one dataset each, by name), the
+// optimizer state (LibTorch's own serialisation, as bytes), the torch CPU
+// generator state of every learner rank (rng/learnerN), staleness accounting
+// (state/staleness/tokens_by_lag plus counters), learner step, policy
+// version, the data cursor of learner 0's task coordinator, the resolved
+// config, the program version (written by the store) and the step's metrics.
+// Actors and env workers hold no generator state: their sampling streams are
+// pure functions of (seed, task, sample, position) (rollout/sampling.h), so
+// the checkpoint records the scheme instead (attribute rng.actors).
+// Every learner holds the same weights, so learner 0 writes one shard; every
+// learner reads it on resume.
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <future>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "moerl/config/config.h"
 #include "moerl/model/policy.h"
+#include "moerl/storage/archive.h"
+#include "moerl/storage/checkpoint_file.h"
 
 namespace moerl::learner {
+
+// How stale the trained-on data was, over the whole run (restarts included).
+struct StalenessAccount {
+  static constexpr int kLagBuckets = 32;      // the last bucket counts every lag >= 31
+  std::int64_t taken_groups = 0;
+  std::int64_t dropped_groups = 0;            // older than [sync] max_staleness: not trained on
+  std::vector<std::int64_t> tokens_by_lag;    // [lag] generated tokens trained on, `lag` versions behind
+  void add_tokens(std::int64_t lag, std::int64_t count);
+  void add(const StalenessAccount& other);
+  bool operator==(const StalenessAccount& other) const;
+};
 
 struct LearnerState {
   std::int64_t step = 0;
@@ -23,18 +47,75 @@ struct LearnerState {
   std::int64_t next_group = 0;   // task coordinator cursor: training resumes on new seeds
   std::int64_t next_seed = 0;
   double reward_mean = 0;
+  StalenessAccount staleness;
+  std::vector<std::vector<std::uint8_t>> rng_states;  // [learner rank] torch CPU generator state
+  std::string program_version;   // on load: the program that wrote the checkpoint
 };
 
 std::string checkpoint_directory(const config::Config& config);
 
-// Writes version `state.version` and moves `latest`; applies retention.
-void save_checkpoint(const config::Config& config, model::PolicyImpl& policy, torch::optim::Optimizer& optimizer,
-                     const LearnerState& state);
+// The torch CPU generator's state (what rng/learnerN holds), and its restore.
+std::vector<std::uint8_t> cpu_generator_state();
+void set_cpu_generator_state(const std::vector<std::uint8_t>& state);
+
+// Writes version `state.version`, moves `latest` (unless `latest_expected`
+// is given and `latest` names another version by then: a rollback made
+// during the save wins) and applies retention. Returns the bytes written.
+std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& policy,
+                              torch::optim::Optimizer& optimizer, const LearnerState& state,
+                              const storage::FaultInjection& faults = {},
+                              std::optional<std::int64_t> latest_expected = std::nullopt);
 
 // `spec` is "auto" (latest valid, falling back past corrupt versions and
 // saying so) or a path to a store directory's version ("DIR" = its latest,
 // "DIR:VERSION|TAG"). Returns nothing when "auto" finds no checkpoint.
 std::optional<LearnerState> load_checkpoint(const config::Config& config, const std::string& spec,
                                             model::PolicyImpl& policy, torch::optim::Optimizer* optimizer);
+
+// One version of the run's own store (a rollback while the job runs); quiet.
+LearnerState load_checkpoint_version(const config::Config& config, std::int64_t version, model::PolicyImpl& policy,
+                                     torch::optim::Optimizer* optimizer);
+
+// The checkpoint schedule of a training run, on learner 0: when to save
+// ([checkpoint] every_steps, every_minutes), the save itself (with the crash
+// injection of [faults] checkpoint_crash_point), background copies into
+// [checkpoint] archive_directory, and noticing a rollback (someone moved
+// `latest` away from the version this run last wrote).
+class CheckpointSchedule {
+ public:
+  explicit CheckpointSchedule(const config::Config& config);
+  ~CheckpointSchedule();
+  CheckpointSchedule(const CheckpointSchedule&) = delete;
+  CheckpointSchedule& operator=(const CheckpointSchedule&) = delete;
+
+  // A periodic save is due after `step` (every_steps, or every_minutes since the last save).
+  bool due(std::int64_t step) const;
+  // Saves, then queues the archive copies (they never block the caller).
+  void save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer, const LearnerState& state);
+  // The version `latest` now names when someone moved it since this run last
+  // wrote a version or accepted the pointer (a `moerl checkpoint rollback`
+  // while the job runs).
+  std::optional<std::int64_t> rollback_request() const;
+  // Accepts where `latest` points now (after a resume or a rollback): later
+  // rollback checks compare against it.
+  void accept_latest();
+  // End of the run: waits up to [checkpoint] archive_wait_s for the archive
+  // copies; throws moerl::Error when they time out or failed.
+  void finish();
+
+ private:
+  void archive_after_save(std::int64_t version);
+  void collect_archive_results(bool wait);
+
+  const config::Config& config_;
+  std::string directory_;
+  double last_save_s_ = 0;
+  int saves_ = 0;
+  std::optional<std::int64_t> expected_latest_;  // what `latest` should name; unset = not watched yet
+  std::unique_ptr<storage::Archiver> archiver_;
+  std::vector<std::future<storage::ArchiveResult>> archive_jobs_;
+  std::vector<std::string> archive_errors_;
+  std::map<std::string, std::uintmax_t> archived_env_files_;  // name -> size already copied
+};
 
 }  // namespace moerl::learner

@@ -19,6 +19,7 @@
 
 #include "moerl/comm/communicator.h"
 #include "moerl/config/config.h"
+#include "moerl/learner/checkpointing.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/task_coordinator.h"
 #include "moerl/model/policy.h"
@@ -79,6 +80,11 @@ class Learner {
   void allreduce_gradients();
   void publish_weights();
   void save_checkpoint_now(double reward_mean);
+  // After every step: learner 0 decides whether to save and whether `latest`
+  // was rolled back; every learner learns the decision (one all-reduce, which
+  // also gathers every learner's staleness counts and RNG state), then acts.
+  void checkpoint_step(bool done, double reward_mean);
+  void roll_back_to(std::int64_t version);
   void check_learners_agree();
   void serve_while(const std::function<bool()>& busy);
   double learning_rate(std::int64_t step) const;
@@ -93,6 +99,10 @@ class Learner {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<sync::WeightPublisher> publisher_;
   std::unique_ptr<TaskCoordinator> coordinator_;
+  std::unique_ptr<CheckpointSchedule> checkpoints_;   // learner 0
+  StalenessAccount staleness_;                        // the whole run's, every learner's groups
+  StalenessAccount staleness_step_;                   // this learner's since the last step
+  std::vector<std::vector<std::uint8_t>> rng_states_; // [learner] as of the last step boundary
   std::map<std::uint64_t, std::vector<rollout::Trajectory>> groups_;  // group id -> episodes received
   std::vector<rollout::Trajectory> batch_storage_;
   std::unique_ptr<telemetry::MetricsReporter> reporter_;

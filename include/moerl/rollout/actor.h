@@ -42,6 +42,7 @@ class Actor {
   struct Episode {
     TaskGroup group;
     std::uint64_t id = 0;
+    int sample = 0;                  // index within its group
     Trajectory trajectory;
     bool waiting_env = true;
     bool needs_end_of_turn = false;  // the last turn hit max tokens before <eot>

@@ -113,6 +113,11 @@ struct EngineOptions {
   double truncate_keep_fraction = 0.5;   // ContextTruncate: kept context <= this * budget
   std::int64_t max_step_tokens = 2048;   // prefill tokens per step (decode rows come on top)
   bool recompute_kv_on_swap = false;     // drop all KV on swap_weights
+  // Deterministic mode ([run] deterministic): every row runs as a forward of
+  // its own and max_step_tokens applies per session, so a session's logits
+  // (and tokens) do not depend on which sessions share the step. Bitwise
+  // reproducible as long as nothing is preempted (max_kv_blocks = 0).
+  bool isolate_sessions = false;
 };
 
 // One finished turn of a session.

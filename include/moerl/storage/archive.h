@@ -43,6 +43,8 @@ class Archiver {
 
   std::size_t pending() const;  // queued or running
   void wait_idle() const;
+  // As wait_idle(), for at most `timeout_s`; false when copies are still queued or running.
+  bool wait_idle_for(double timeout_s) const;
   std::string checkpoint_archive_dir() const;
 
  private:

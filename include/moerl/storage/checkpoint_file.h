@@ -74,6 +74,9 @@ constexpr const char* kConfigToml = "config_toml";
 constexpr const char* kMetricPrefix = "metric.";            // "metric.reward_mean" -> listed as metrics
 }  // namespace attribute_key
 
+// "moerl X.Y.Z": what writers store under attribute_key::kProgramVersion.
+std::string program_version();
+
 // Which shard of which version a file is.
 struct ShardIdentity {
   std::int64_t version = 0;

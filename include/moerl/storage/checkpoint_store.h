@@ -54,7 +54,13 @@ struct VerifyResult {
 struct ResumeChoice {
   std::optional<std::int64_t> version;
   std::vector<std::pair<std::int64_t, std::string>> skipped;  // (version, reason), newest first
-  std::string describe() const;  // one line per skipped version, then the choice
+  // resume_choice(): versions newer than the choice that `latest` does not
+  // name (a save that stopped before `latest` moved, or a rollback), and
+  // temporary files of saves whose process is gone (a crash mid-save).
+  std::vector<std::pair<std::int64_t, std::string>> passed_over;
+  std::vector<std::string> interrupted_saves;
+  bool noteworthy() const { return !skipped.empty() || !passed_over.empty() || !interrupted_saves.empty(); }
+  std::string describe() const;  // one line per skipped or passed-over version and leftover, then the choice
 };
 
 struct RollbackResult {
@@ -128,6 +134,7 @@ class CheckpointStore {
 
  private:
   void set_latest(std::int64_t version);
+  void note_passed_over(ResumeChoice& choice) const;
   void write_tags(const std::map<std::string, std::int64_t>& tags);
   std::uint64_t bytes_on_disk(std::int64_t version) const;
 
