@@ -264,7 +264,7 @@ std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& p
                    *latest);
   }
   store.complete_version(state.version, 1, move_latest);
-  store.apply_retention(static_cast<int>(config.checkpoint.keep_last));
+  store.apply_retention(static_cast<int>(config.checkpoint.keep_last), state.version);
   return bytes;
 }
 

@@ -489,7 +489,7 @@ RollbackResult CheckpointStore::rollback_previous() {
                         "' (" + std::to_string(result.skipped.size()) + " older version(s) invalid)");
 }
 
-RetentionResult CheckpointStore::apply_retention(int keep_last) {
+RetentionResult CheckpointStore::apply_retention(int keep_last, std::optional<std::int64_t> just_written) {
   if (keep_last < 1) throw CheckpointError("retention must keep at least 1 version, got " + std::to_string(keep_last));
   RetentionResult result;
   const std::vector<std::int64_t> all = versions();
@@ -508,8 +508,10 @@ RetentionResult CheckpointStore::apply_retention(int keep_last) {
   } catch (const Error&) {
     // A corrupt pointer protects nothing; the newest valid version is kept below.
   }
-  if (const auto newest = newest_valid().version) keep.insert(*newest);
   const std::int64_t newest_complete = complete.empty() ? -1 : complete.back();
+  if (!(just_written && *just_written == newest_complete)) {
+    if (const auto newest = newest_valid().version) keep.insert(*newest);
+  }
 
   for (std::int64_t v : all) {
     const bool is_complete = std::binary_search(complete.begin(), complete.end(), v);

@@ -123,8 +123,10 @@ class CheckpointStore {
   // Keeps the newest `keep_last` complete versions, every tagged version, the
   // version `latest` names and the newest valid one; deletes the other
   // versions (index first, so a half-deleted version is never complete) and
-  // leftovers of crashed saves.
-  RetentionResult apply_retention(int keep_last);
+  // leftovers of crashed saves. `just_written`: a version the caller has
+  // just completed (so known valid); when it is the newest complete one, the
+  // newest-valid search (a full read of it) is skipped.
+  RetentionResult apply_retention(int keep_last, std::optional<std::int64_t> just_written = std::nullopt);
 
   // --- Export --------------------------------------------------------------
   // Writes the arrays under `prefix` of every shard into one checkpoint file
