@@ -303,8 +303,9 @@ SectionSpec algo_section() {
   SectionBuilder<AlgoSection> b(spec, &Config::algo);
   b.choice("advantage", &AlgoSection::advantage,
            {{"grpo", AdvantageEstimator::Grpo}, {"dr_grpo", AdvantageEstimator::DrGrpo},
-            {"rloo", AdvantageEstimator::Rloo}},
-           "Advantage estimator: GRPO (group-normalised), Dr.GRPO (no std normalisation) or RLOO.");
+            {"rloo", AdvantageEstimator::Rloo}, {"ppo", AdvantageEstimator::Ppo}},
+           "Advantage estimator: GRPO (group-normalised), Dr.GRPO (no std normalisation), RLOO, or PPO "
+           "(a learned value head and GAE over turns; groups are then just batches).");
   b.field("gspo", &AlgoSection::gspo, "Sequence-level ratio and clipping (GSPO), recommended for MoE.");
   b.field("clip_low", &AlgoSection::clip_low, "Lower clip range: ratio >= 1 - clip_low.").between(0, 1);
   b.field("clip_high", &AlgoSection::clip_high, "Upper clip range: ratio <= 1 + clip_high (clip-higher).")
@@ -335,6 +336,16 @@ SectionSpec algo_section() {
           "Steps between measurements of how often the learner's router would pick other experts "
           "than the replayed ones (metric learner.router_disagreement); 0 = never.")
       .at_least(0);
+  b.field("gae_gamma", &AlgoSection::gae_gamma, "PPO: discount per environment turn in GAE.").between(0, 1);
+  b.field("gae_lambda", &AlgoSection::gae_lambda, "PPO: GAE lambda (bias-variance trade-off).").between(0, 1);
+  b.field("value_coef", &AlgoSection::value_coef, "PPO: weight of the value loss.").at_least(0);
+  b.field("value_clip", &AlgoSection::value_clip, "PPO: value clipping range (PPO2 style); 0 = unclipped.")
+      .at_least(0);
+  b.field("value_lr_scale", &AlgoSection::value_lr_scale,
+          "PPO: the value head's learning rate is [optim] lr times this (it starts from scratch).")
+      .greater_than(0);
+  b.field("whiten_advantages", &AlgoSection::whiten_advantages,
+          "PPO: normalise the per-turn advantages to zero mean and unit variance per micro-batch.");
   return spec;
 }
 

@@ -126,21 +126,32 @@ storage::FaultPoint fault_point(config::CheckpointCrashPoint point) {
   return storage::FaultPoint::None;
 }
 
-// Reads one complete version into the policy (and optimizer); checks the
-// whole model against it first, so nothing is half-loaded.
+// Every trained tensor under its array name: the policy's under "model/",
+// PPO's value head (when there is one) under "value_head/".
+std::vector<std::pair<std::string, torch::Tensor>> trained_arrays(model::PolicyImpl& policy,
+                                                                  torch::nn::Module* value_head) {
+  std::vector<std::pair<std::string, torch::Tensor>> arrays;
+  for (const auto& item : policy.named_parameters()) arrays.emplace_back("model/" + item.key(), item.value());
+  if (value_head)
+    for (const auto& item : value_head->named_parameters()) arrays.emplace_back("value_head/" + item.key(), item.value());
+  return arrays;
+}
+
+// Reads one complete version into the policy (and value head and optimizer);
+// checks every array against it first, so nothing is half-loaded.
 LearnerState read_version(const storage::CheckpointStore& store, std::int64_t version, model::PolicyImpl& policy,
-                          torch::optim::Optimizer* optimizer) {
+                          torch::optim::Optimizer* optimizer, torch::nn::Module* value_head) {
   const storage::CheckpointReader reader = store.open_shard(version, 0);
+  const auto arrays = trained_arrays(policy, value_head);
   std::vector<storage::ArraySpec> expected;
-  for (const auto& item : policy.named_parameters())
-    expected.push_back({"model/" + item.key(), storage::DType::Float32,
-                        storage::Shape(item.value().sizes().begin(), item.value().sizes().end())});
+  for (const auto& [name, tensor] : arrays)
+    expected.push_back({name, storage::DType::Float32, storage::Shape(tensor.sizes().begin(), tensor.sizes().end())});
   reader.check_arrays(expected);
   {
     torch::NoGradGuard no_grad;
-    for (const auto& item : policy.named_parameters()) {
-      torch::Tensor p = item.value();
-      reader.read_into("model/" + item.key(), p.data_ptr(), static_cast<size_t>(p.numel()) * sizeof(float));
+    for (const auto& [name, tensor] : arrays) {
+      torch::Tensor p = tensor;
+      reader.read_into(name, p.data_ptr(), static_cast<size_t>(p.numel()) * sizeof(float));
     }
   }
   if (optimizer) {
@@ -217,15 +228,16 @@ void set_cpu_generator_state(const std::vector<std::uint8_t>& state) {
 
 std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& policy,
                               torch::optim::Optimizer& optimizer, const LearnerState& state,
-                              const storage::FaultInjection& faults, std::optional<std::int64_t> latest_expected) {
+                              const storage::FaultInjection& faults, std::optional<std::int64_t> latest_expected,
+                              torch::nn::Module* value_head) {
   storage::StoreOptions options;
   options.faults = faults;
   storage::CheckpointStore store(checkpoint_directory(config), options);
   std::filesystem::create_directories(store.directory());
   auto writer = store.shard_writer(state.version, 0, 1);
-  for (const auto& item : policy.named_parameters()) {
-    const torch::Tensor p = item.value().detach().to(torch::kFloat32).contiguous();
-    writer->add_array("model/" + item.key(), storage::DType::Float32,
+  for (const auto& [name, tensor] : trained_arrays(policy, value_head)) {
+    const torch::Tensor p = tensor.detach().to(torch::kFloat32).contiguous();
+    writer->add_array(name, storage::DType::Float32,
                       storage::Shape(p.sizes().begin(), p.sizes().end()), p.data_ptr(),
                       static_cast<size_t>(p.numel()) * sizeof(float));
   }
@@ -269,7 +281,8 @@ std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& p
 }
 
 std::optional<LearnerState> load_checkpoint(const config::Config& config, const std::string& spec,
-                                            model::PolicyImpl& policy, torch::optim::Optimizer* optimizer) {
+                                            model::PolicyImpl& policy, torch::optim::Optimizer* optimizer,
+                                            torch::nn::Module* value_head) {
   std::string directory = checkpoint_directory(config);
   std::string which = "latest";
   if (spec != "auto") {
@@ -297,7 +310,7 @@ std::optional<LearnerState> load_checkpoint(const config::Config& config, const 
   } else {
     version = store.resolve(which);
   }
-  const LearnerState state = read_version(store, version, policy, optimizer);
+  const LearnerState state = read_version(store, version, policy, optimizer, value_head);
   if (!state.program_version.empty() && state.program_version != storage::program_version())
     spdlog::warn("resume: {} was written by {}, this is {}", store.shard_path(version, 0), state.program_version,
                  storage::program_version());
@@ -306,9 +319,9 @@ std::optional<LearnerState> load_checkpoint(const config::Config& config, const 
 }
 
 LearnerState load_checkpoint_version(const config::Config& config, std::int64_t version, model::PolicyImpl& policy,
-                                     torch::optim::Optimizer* optimizer) {
+                                     torch::optim::Optimizer* optimizer, torch::nn::Module* value_head) {
   const storage::CheckpointStore store(checkpoint_directory(config));
-  return read_version(store, version, policy, optimizer);
+  return read_version(store, version, policy, optimizer, value_head);
 }
 
 // ---------------------------------------------------------------------------
@@ -328,7 +341,7 @@ bool CheckpointSchedule::due(std::int64_t step) const {
 }
 
 void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer,
-                              const LearnerState& state) {
+                              const LearnerState& state, torch::nn::Module* value_head) {
   const config::FaultsSection& f = config_.faults;
   storage::FaultInjection faults;
   const bool this_save = f.checkpoint_crash_version < 0 ? saves_ == 0 : f.checkpoint_crash_version == state.version;
@@ -339,7 +352,7 @@ void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer
                  storage::fault_point_name(faults.point));
   }
   const double started = runtime::monotonic_seconds();
-  const std::uint64_t bytes = save_checkpoint(config_, policy, optimizer, state, faults, expected_latest_);
+  const std::uint64_t bytes = save_checkpoint(config_, policy, optimizer, state, faults, expected_latest_, value_head);
   const double seconds = runtime::monotonic_seconds() - started;
   ++saves_;
   // When a rollback raced with this save, `latest` stayed where it was moved

@@ -13,6 +13,7 @@
 #include "moerl/algo/token_batch.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/learner/episode_batch.h"
+#include "moerl/learner/ppo_targets.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/storage/checksum.h"
 #include "moerl/telemetry/metrics.h"
@@ -43,6 +44,15 @@ algo::PolicyLossOptions loss_options(const config::AlgoSection& a, std::int64_t 
   return o;
 }
 
+PpoOptions ppo_options(const config::AlgoSection& a) {
+  PpoOptions o;
+  o.gamma = a.gae_gamma;
+  o.lambda = a.gae_lambda;
+  o.value_clip = a.value_clip;
+  o.whiten_advantages = a.whiten_advantages;
+  return o;
+}
+
 std::string format_duration(double seconds) {
   std::ostringstream out;
   const auto s = static_cast<long>(std::max(0.0, seconds));
@@ -63,6 +73,12 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
                      .betas(std::make_tuple(config.optim.beta1, config.optim.beta2))
                      .weight_decay(config.optim.weight_decay);
   optimizer_ = std::make_unique<torch::optim::AdamW>(policy_->parameters(), options);
+  if (config.algo.advantage == config::AdvantageEstimator::Ppo) {
+    value_head_ = ValueHead(config.model.d_model);
+    auto value_options = std::make_unique<torch::optim::AdamWOptions>(options);
+    value_options->lr(config.optim.lr * config.algo.value_lr_scale);
+    optimizer_->add_param_group(torch::optim::OptimizerParamGroup(value_head_->parameters(), std::move(value_options)));
+  }
   if (config.algo.kl != config::KlMode::None) {
     // The frozen reference: a copy of the starting weights.
     reference_ = model::Policy(config.model, config.moe);
@@ -83,7 +99,7 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
   if (world.is_coordinator()) checkpoints_ = std::make_unique<CheckpointSchedule>(config);
   rng_states_.assign(static_cast<size_t>(learners_), {});
   if (!resume.empty()) {
-    if (const auto state = load_checkpoint(config, resume, *policy_, optimizer_.get())) {
+    if (const auto state = load_checkpoint(config, resume, *policy_, optimizer_.get(), value_head_module())) {
       step_ = state->step;
       version_ = state->version;
       staleness_ = state->staleness;
@@ -207,19 +223,26 @@ std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t&
   return batch;
 }
 
+std::vector<torch::Tensor> Learner::trainable_parameters() const {
+  std::vector<torch::Tensor> parameters = policy_->parameters();
+  if (value_head_)
+    for (const auto& p : value_head_->parameters()) parameters.push_back(p);
+  return parameters;
+}
+
 void Learner::allreduce_gradients() {
   // One flat buffer of every gradient (zeros where a parameter got none, e.g.
   // an expert no token reached), averaged over the learners in one all-reduce.
   if (learners_ == 1) return;
   std::vector<torch::Tensor> pieces;
-  for (auto& p : policy_->parameters())
+  for (auto& p : trainable_parameters())
     pieces.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
   torch::Tensor flat = torch::cat(pieces).contiguous();
   auto request = learner_comm_.allreduce_sum_async(flat.data_ptr(), static_cast<size_t>(flat.numel()), comm::DataType::Float32);
   serve_while([&] { return !request->test(); });
   flat.div_(static_cast<double>(learners_));
   std::int64_t at = 0;
-  for (auto& p : policy_->parameters()) {
+  for (auto& p : trainable_parameters()) {
     torch::Tensor slice = flat.narrow(0, at, p.numel()).view_as(p);
     if (p.grad().defined()) {
       p.mutable_grad().copy_(slice);
@@ -233,7 +256,8 @@ void Learner::allreduce_gradients() {
 // Episode-level inputs of the loss: rewards (with the overlong penalty),
 // group-relative advantages and which episodes dynamic sampling keeps.
 struct Learner::EpisodeTargets {
-  torch::Tensor advantages;  // [N]
+  torch::Tensor advantages;  // [N]; undefined for PPO (per turn, from the value head)
+  std::vector<float> final_bonus;  // [N] overlong penalty (PPO adds it to the last turn)
   torch::Tensor kept;        // [N] float 0/1
   double kept_sequences = 0;
 };
@@ -255,17 +279,22 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
     st.reward_mean += e->reward / static_cast<double>(n);
   }
   torch::Tensor rewards = torch::tensor(reward_values);
+  EpisodeTargets targets;
+  targets.final_bonus.assign(static_cast<size_t>(n), 0.f);
   if (config_.algo.overlong_cache_tokens > 0) {
     algo::OverlongOptions overlong;
     overlong.max_length = config_.rollout.max_tokens_per_episode;
     overlong.cache_length = std::min(config_.algo.overlong_cache_tokens, config_.rollout.max_tokens_per_episode);
     overlong.factor = config_.algo.overlong_factor;
-    rewards = rewards + algo::overlong_penalty(torch::tensor(generated_lengths), overlong).to(torch::kFloat32);
+    const torch::Tensor penalty = algo::overlong_penalty(torch::tensor(generated_lengths), overlong).to(torch::kFloat32);
+    rewards = rewards + penalty;
+    targets.final_bonus.assign(penalty.data_ptr<float>(), penalty.data_ptr<float>() + n);
   }
   const torch::Tensor groups = torch::tensor(group_values);
-  EpisodeTargets targets;
   targets.kept = torch::ones({n}, torch::kFloat32);
-  if (config_.algo.drop_zero_variance_groups) {
+  const bool ppo = config_.algo.advantage == config::AdvantageEstimator::Ppo;
+  // PPO's baseline is the value head, not the group: equal rewards still teach the critic.
+  if (config_.algo.drop_zero_variance_groups && !ppo) {
     const algo::GroupFilter filter = algo::filter_zero_variance_groups(rewards, groups);
     targets.kept = filter.kept.to(torch::kFloat32);
     st.zero_variance_groups = filter.dropped_groups;
@@ -274,6 +303,7 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
     case config::AdvantageEstimator::Grpo: targets.advantages = algo::grpo_advantages(rewards, groups); break;
     case config::AdvantageEstimator::DrGrpo: targets.advantages = algo::dr_grpo_advantages(rewards, groups); break;
     case config::AdvantageEstimator::Rloo: targets.advantages = algo::rloo_advantages(rewards, groups); break;
+    case config::AdvantageEstimator::Ppo: break;  // per turn, in ppo_targets()
   }
   targets.kept_sequences = targets.kept.sum().item<double>();
   return targets;
@@ -319,12 +349,17 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
                            .item<double>();
     }
     local_tokens = total_counted;
+    // The chunk's share: of the counted tokens (token mean) or of the kept sequences.
+    auto chunk_share = [&](double counted, const torch::Tensor& kept) {
+      return options.aggregation == algo::LossAggregation::TokenMean
+                 ? counted / total_counted
+                 : kept.sum().item<double>() / std::max(1.0, targets.kept_sequences);
+    };
     policy_->train();
     for (std::int64_t c = 0; c < chunks; ++c) {
       const EpisodeBatch& batch = batches[static_cast<size_t>(c)];
       const auto [begin, end] = ranges[static_cast<size_t>(c)];
       const torch::Tensor kept = targets.kept.narrow(0, begin, end - begin);
-      const torch::Tensor advantages = targets.advantages.narrow(0, begin, end - begin);
       const torch::Tensor token_mask = batch.loss_mask * algo::broadcast_to_tokens(kept, batch.sequence_index);
       const double counted = token_mask.sum().item<double>();
       st.generated_tokens += batch.generated_tokens;
@@ -340,7 +375,21 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       algo::PolicyLossInputs inputs;
       inputs.logp_new = target_logprobs(out.logits, batch.targets);
       inputs.logp_behaviour = batch.behaviour_logprobs;
-      inputs.advantages = algo::broadcast_to_tokens(advantages, batch.sequence_index);
+      const double share = chunk_share(counted, kept);
+      torch::Tensor value_loss;
+      if (value_head_) {
+        std::vector<const rollout::Trajectory*> part(episodes.begin() + begin, episodes.begin() + end);
+        std::vector<float> bonus(targets.final_bonus.begin() + begin, targets.final_bonus.begin() + end);
+        const PpoTargets ppo = ppo_targets(batch, out.hidden, *value_head_, part, bonus, ppo_options(config_.algo));
+        inputs.advantages = ppo.token_advantages;
+        value_loss = ppo.value_loss;
+        st.value_loss += ppo.value_loss.item<double>() * share;
+        st.value_mean += ppo.value_mean * share;
+        st.explained_variance += ppo.explained_variance * share;
+      } else {
+        inputs.advantages =
+            algo::broadcast_to_tokens(targets.advantages.narrow(0, begin, end - begin), batch.sequence_index);
+      }
       inputs.loss_mask = token_mask;
       inputs.sequence_index = batch.sequence_index;
       inputs.num_sequences = end - begin;
@@ -351,11 +400,8 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
             target_logprobs(reference_->forward(batch.inputs, batch.lengths, batch.forced_experts).logits, batch.targets);
       }
       const algo::LossResult result = algo::policy_loss(inputs, options);
-      // The chunk's share: of the counted tokens (token mean) or of the kept sequences.
-      const double share = options.aggregation == algo::LossAggregation::TokenMean
-                               ? counted / total_counted
-                               : kept.sum().item<double>() / std::max(1.0, targets.kept_sequences);
       torch::Tensor loss = result.loss * share;
+      if (value_loss.defined()) loss = loss + config_.algo.value_coef * share * value_loss;
       if (out.aux_loss.defined()) loss = loss + out.aux_loss / static_cast<double>(chunks);
       loss.backward();
       st.loss += result.policy_loss * share;
@@ -372,8 +418,12 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   allreduce_gradients();
   if (all_tokens > 0) {
     if (config_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(policy_->parameters(), config_.optim.grad_clip);
-    for (auto& group : optimizer_->param_groups())
-      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(learning_rate(step_));
+    if (value_head_ && config_.optim.grad_clip > 0)
+      torch::nn::utils::clip_grad_norm_(value_head_->parameters(), config_.optim.grad_clip);
+    auto& groups = optimizer_->param_groups();
+    for (size_t g = 0; g < groups.size(); ++g)  // group 1, when present, is the value head
+      static_cast<torch::optim::AdamWOptions&>(groups[g].options())
+          .lr(learning_rate(step_) * (g == 0 ? 1.0 : config_.algo.value_lr_scale));
     optimizer_->step();
     st.updated = true;
   }
@@ -405,6 +455,8 @@ void Learner::check_learners_agree() {
   if (learners_ == 1) return;
   std::uint32_t crc = 0;
   for (const auto& view : sync::module_weight_views(*policy_)) crc = storage::crc32c(view.data, view.bytes, crc);
+  if (value_head_)
+    for (const auto& view : sync::module_weight_views(*value_head_)) crc = storage::crc32c(view.data, view.bytes, crc);
   std::vector<double> slots(static_cast<size_t>(learners_), 0.0);
   slots[static_cast<size_t>(learner_comm_.rank())] = static_cast<double>(crc);
   learner_comm_.allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);
@@ -427,7 +479,7 @@ void Learner::save_checkpoint_now(double reward_mean) {
   state.reward_mean = reward_mean;
   state.staleness = staleness_;
   state.rng_states = rng_states_;
-  checkpoints_->save(*policy_, *optimizer_, state);
+  checkpoints_->save(*policy_, *optimizer_, state, value_head_module());
 }
 
 void Learner::checkpoint_step(bool done, double reward_mean) {
@@ -467,7 +519,7 @@ void Learner::checkpoint_step(bool done, double reward_mean) {
 
 void Learner::roll_back_to(std::int64_t version) {
   const std::int64_t from = version_;
-  const LearnerState loaded = load_checkpoint_version(config_, version, *policy_, optimizer_.get());
+  const LearnerState loaded = load_checkpoint_version(config_, version, *policy_, optimizer_.get(), value_head_module());
   // A new policy version carries the rolled-back weights, so that every
   // trajectory's versions stay monotonic and staleness keeps its meaning.
   ++version_;
@@ -489,6 +541,14 @@ void Learner::publish_weights() {
   last_sync_s_ = now_s() - started;
   telemetry::metrics().record("sync.publish_s", last_sync_s_);
   telemetry::metrics().add("sync.bytes", static_cast<double>(publisher_->last().bytes));
+  // Policy versions live at once: this one down to the oldest an actor still
+  // generates with (as the actors last reported it).
+  double oldest = static_cast<double>(version_);
+  for (const auto& [rank, snapshot] : aggregator_.latest()) {
+    const auto it = snapshot.gauges.find("actor.policy_version");
+    if (snapshot.role == "actor" && it != snapshot.gauges.end()) oldest = std::min(oldest, it->second);
+  }
+  telemetry::metrics().set("sync.versions_in_flight", static_cast<double>(version_) - oldest + 1);
 }
 
 void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_step) {
@@ -505,6 +565,9 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
        << " | |logp gap| " << std::setprecision(3) << st.behaviour_gap << " iw " << 1.0 + st.importance_weight_mean
        << " | eta " << format_duration(per_step * static_cast<double>(config_.optim.total_steps - st.step - 1));
   if (st.dropped_groups) line << " | dropped " << st.dropped_groups << " stale groups";
+  if (value_head_)
+    line << std::setprecision(3) << " | value loss " << st.value_loss << " ev " << std::setprecision(2)
+         << st.explained_variance;
   if (st.router_disagreement >= 0) line << " | router disagrees " << std::setprecision(1) << 100 * st.router_disagreement << "%";
   std::printf("%s\n", line.str().c_str());
   std::fflush(stdout);
@@ -516,6 +579,11 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
   m.record("learner.update_s", st.update_s);
   m.set("learner.kl", st.kl);
   m.set("learner.entropy", st.entropy);
+  if (value_head_) {
+    m.set("learner.value_loss", st.value_loss);
+    m.set("learner.value_mean", st.value_mean);
+    m.set("learner.explained_variance", st.explained_variance);
+  }
 }
 
 void Learner::run(runtime::StopCoordinator& stop) {

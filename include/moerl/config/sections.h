@@ -136,7 +136,7 @@ struct RolloutSection {
   double eval_temperature = 0.0;             // 0 = greedy evaluation
 };
 
-enum class AdvantageEstimator { Grpo, DrGrpo, Rloo };
+enum class AdvantageEstimator { Grpo, DrGrpo, Rloo, Ppo };
 enum class LossNormalization { Token, Sequence, Constant };
 enum class KlMode { None, K1, K3 };
 
@@ -157,6 +157,13 @@ struct AlgoSection {
   std::int64_t overlong_cache_tokens = 0;  // DAPO soft overlong penalty ramp width; 0 = off
   double overlong_factor = 1.0;          // penalty at the episode budget
   std::int64_t routing_check_interval = 10;  // steps between router-disagreement measurements; 0 = never
+  // PPO (advantage = "ppo"): a learned value head and GAE over turns.
+  double gae_gamma = 1.0;                // discount per turn
+  double gae_lambda = 0.95;
+  double value_coef = 0.5;               // weight of the value loss
+  double value_clip = 0.2;               // PPO2 value clipping; 0 = unclipped
+  double value_lr_scale = 10.0;          // value head lr = [optim] lr * this
+  bool whiten_advantages = true;         // per-turn advantages to zero mean, unit std per micro-batch
 };
 
 // [optim]: the optimizer of learners (and of pretraining).

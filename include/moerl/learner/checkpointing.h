@@ -61,20 +61,24 @@ void set_cpu_generator_state(const std::vector<std::uint8_t>& state);
 // Writes version `state.version`, moves `latest` (unless `latest_expected`
 // is given and `latest` names another version by then: a rollback made
 // during the save wins) and applies retention. Returns the bytes written.
+// `value_head` (PPO's critic; null otherwise) is saved and loaded with the
+// policy, under "value_head/".
 std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& policy,
                               torch::optim::Optimizer& optimizer, const LearnerState& state,
                               const storage::FaultInjection& faults = {},
-                              std::optional<std::int64_t> latest_expected = std::nullopt);
+                              std::optional<std::int64_t> latest_expected = std::nullopt,
+                              torch::nn::Module* value_head = nullptr);
 
 // `spec` is "auto" (latest valid, falling back past corrupt versions and
 // saying so) or a path to a store directory's version ("DIR" = its latest,
 // "DIR:VERSION|TAG"). Returns nothing when "auto" finds no checkpoint.
 std::optional<LearnerState> load_checkpoint(const config::Config& config, const std::string& spec,
-                                            model::PolicyImpl& policy, torch::optim::Optimizer* optimizer);
+                                            model::PolicyImpl& policy, torch::optim::Optimizer* optimizer,
+                                            torch::nn::Module* value_head = nullptr);
 
 // One version of the run's own store (a rollback while the job runs); quiet.
 LearnerState load_checkpoint_version(const config::Config& config, std::int64_t version, model::PolicyImpl& policy,
-                                     torch::optim::Optimizer* optimizer);
+                                     torch::optim::Optimizer* optimizer, torch::nn::Module* value_head = nullptr);
 
 // The checkpoint schedule of a training run, on learner 0: when to save
 // ([checkpoint] every_steps, every_minutes), the save itself (with the crash
@@ -91,7 +95,8 @@ class CheckpointSchedule {
   // A periodic save is due after `step` (every_steps, or every_minutes since the last save).
   bool due(std::int64_t step) const;
   // Saves, then queues the archive copies (they never block the caller).
-  void save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer, const LearnerState& state);
+  void save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer, const LearnerState& state,
+            torch::nn::Module* value_head = nullptr);
   // The version `latest` now names when someone moved it since this run last
   // wrote a version or accepted the pointer (a `moerl checkpoint rollback`
   // while the job runs).

@@ -22,6 +22,7 @@
 #include "moerl/learner/checkpointing.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/task_coordinator.h"
+#include "moerl/learner/value_head.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/trajectory.h"
 #include "moerl/runtime/job_control.h"
@@ -50,6 +51,9 @@ struct StepStats {
   double clip_fraction = 0;
   double kl = 0;
   double entropy = 0;
+  double value_loss = 0;              // PPO only
+  double value_mean = 0;
+  double explained_variance = 0;
   double router_disagreement = -1;   // measured every [algo] routing_check_interval steps; -1 = not this step
   double update_s = 0;
   double sync_s = 0;
@@ -71,6 +75,8 @@ class Learner {
  private:
   struct EpisodeTargets;
   EpisodeTargets episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st);
+  std::vector<torch::Tensor> trainable_parameters() const;  // policy, then the value head (PPO)
+  torch::nn::Module* value_head_module() { return value_head_ ? value_head_.get() : nullptr; }
   double router_disagreement(const EpisodeBatch& batch);
   void record_staleness(const EpisodeBatch& batch, StepStats& st) const;
   void receive_episodes();
@@ -95,6 +101,7 @@ class Learner {
   runtime::Mailbox& mailbox_;
   model::Policy policy_;
   model::Policy reference_{nullptr};  // frozen starting weights, when [algo] kl is not "none"
+  ValueHead value_head_{nullptr};     // PPO's critic; null for the group-relative estimators
   comm::Communicator& learner_comm_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<sync::WeightPublisher> publisher_;
