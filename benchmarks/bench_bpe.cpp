@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "moerl/bench/registry.h"
+#include "moerl/bench/timing.h"
 #include "moerl/core/error.h"
 #include "moerl/core/json_value.h"
 #include "moerl/model/bpe_tokenizer.h"
@@ -20,16 +21,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-template <typename F>
-double best_seconds(int repetitions, F&& body) {
-  double best = 1e30;
-  for (int r = 0; r < repetitions; ++r) {
-    const auto start = Clock::now();
-    body();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
-}
+using moerl::bench::best_seconds;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

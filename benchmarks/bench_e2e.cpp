@@ -294,10 +294,7 @@ moerl::bench::BenchCase phase_case(const std::string& name, const PhaseResult& r
 }
 
 moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  std::unique_ptr<moerl::runtime::MpiSession> session;
-  if (!initialized) session = std::make_unique<moerl::runtime::MpiSession>(nullptr, nullptr);
+  const auto session = moerl::runtime::start_mpi_unless_running();
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

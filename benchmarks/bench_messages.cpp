@@ -8,22 +8,13 @@
 #include <vector>
 
 #include "moerl/bench/registry.h"
+#include "moerl/bench/timing.h"
 #include "moerl/runtime/message.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
-template <typename F>
-double best_seconds(int repetitions, F&& body) {
-  double best = 1e30;
-  for (int r = 0; r < repetitions; ++r) {
-    const auto start = Clock::now();
-    body();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
-}
+using moerl::bench::best_seconds;
 
 moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
   moerl::bench::BenchReport report;

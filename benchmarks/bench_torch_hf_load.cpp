@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "moerl/bench/registry.h"
+#include "moerl/bench/timing.h"
 #include "moerl/core/error.h"
 #include "moerl/hf/hf_weights.h"
 #include "moerl/hf/policy_loader.h"
@@ -22,18 +23,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 
-template <typename F>
-double best_seconds(int repetitions, F&& body) {
-  double best = 1e30;
-  for (int r = 0; r < repetitions; ++r) {
-    const auto start = Clock::now();
-    body();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best;
-}
+using moerl::bench::best_seconds;
 
 // read(2) of every safetensors file of `dir` into one buffer as large as all
 // of them (allocated and touched once, outside the timing, as the policy's

@@ -38,4 +38,10 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
+std::unique_ptr<MpiSession> start_mpi_unless_running() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized ? nullptr : std::make_unique<MpiSession>(nullptr, nullptr);
+}
+
 }  // namespace moerl::runtime

@@ -3,6 +3,8 @@
 // needs, finalised once. Heartbeat and I/O threads call MPI while compute
 // threads run, so MPI_THREAD_MULTIPLE is required and checked.
 
+#include <memory>
+
 namespace moerl::runtime {
 
 class MpiSession {
@@ -21,6 +23,10 @@ class MpiSession {
   int size_ = 1;
   int provided_ = 0;
 };
+
+// A session when MPI is not initialised yet, else null: for code (such as a
+// benchmark) that may run inside or outside a command that started MPI.
+std::unique_ptr<MpiSession> start_mpi_unless_running();
 
 // "MPI_THREAD_MULTIPLE" and the like.
 const char* thread_level_name(int level);
