@@ -267,15 +267,11 @@ std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& p
   writer->set_attribute(storage::attribute_key::kConfigToml, config::to_toml(config));
   writer->set_attribute(std::string(storage::attribute_key::kMetricPrefix) + "reward_mean", state.reward_mean);
   const std::uint64_t bytes = writer->commit();
-  bool move_latest = true;
-  if (latest_expected) {
+  if (!store.complete_version(state.version, 1, true, latest_expected)) {
     const std::optional<std::int64_t> latest = store.latest();
-    move_latest = !latest || *latest == *latest_expected;
-    if (!move_latest)
-      spdlog::warn("checkpoint version {}: `latest` was moved to v{} during the save; leaving it there", state.version,
-                   *latest);
+    spdlog::warn("checkpoint version {}: `latest` was moved to {} during the save; leaving it there", state.version,
+                 latest ? storage::CheckpointStore::version_label(*latest) : std::string("nothing"));
   }
-  store.complete_version(state.version, 1, move_latest);
   store.apply_retention(static_cast<int>(config.checkpoint.keep_last), state.version);
   return bytes;
 }

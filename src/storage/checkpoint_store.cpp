@@ -13,6 +13,7 @@
 #include "moerl/core/json_value.h"
 #include "moerl/core/json_writer.h"
 #include "moerl/storage/atomic_file.h"
+#include "moerl/storage/file_lock.h"
 
 namespace moerl::storage {
 
@@ -22,6 +23,9 @@ namespace {
 
 constexpr const char* kIndexFormat = "moerl-checkpoint-index/1";
 constexpr const char* kLatestFile = "latest";
+constexpr const char* kLockFile = ".latest.lock";
+// Changing `latest` takes a few milliseconds; a holder for longer is stuck.
+constexpr double kLockTimeoutS = 60.0;
 constexpr const char* kTagsFile = "tags.json";
 
 const std::regex& shard_pattern() {
@@ -144,6 +148,7 @@ std::string CheckpointStore::index_path(std::int64_t version) const {
 }
 
 std::string CheckpointStore::latest_path() const { return (fs::path(directory_) / kLatestFile).string(); }
+std::string CheckpointStore::lock_path() const { return (fs::path(directory_) / kLockFile).string(); }
 
 // ---------------------------------------------------------------------------
 std::unique_ptr<CheckpointWriter> CheckpointStore::shard_writer(std::int64_t version, int rank,
@@ -156,7 +161,8 @@ std::unique_ptr<CheckpointWriter> CheckpointStore::shard_writer(std::int64_t ver
                                             options_.faults);
 }
 
-void CheckpointStore::complete_version(std::int64_t version, int num_shards, bool move_latest) {
+bool CheckpointStore::complete_version(std::int64_t version, int num_shards, bool move_latest,
+                                       std::optional<std::int64_t> only_if_latest_is) {
   const std::string label = version_label(version);
   JsonWriter json;
   json.begin_object().key("format").value(kIndexFormat).key("version").value(version);
@@ -184,9 +190,15 @@ void CheckpointStore::complete_version(std::int64_t version, int num_shards, boo
   json.end_array().end_object();
   options_.faults.at(FaultPoint::BeforeIndex, index_path(version));
   write_file_atomically(index_path(version), json.str() + "\n");
-  if (!move_latest) return;
+  if (!move_latest) return false;
+  const FileLock lock(lock_path(), kLockTimeoutS);
+  if (only_if_latest_is) {
+    const std::optional<std::int64_t> current = latest();
+    if (current && *current != *only_if_latest_is) return false;
+  }
   options_.faults.at(FaultPoint::BeforeLatest, latest_path());
   set_latest(version);
+  return true;
 }
 
 void CheckpointStore::set_latest(std::int64_t version) {
@@ -458,6 +470,7 @@ void CheckpointStore::untag(const std::string& name) {
 }
 
 RollbackResult CheckpointStore::rollback_to(const std::string& version_or_tag) {
+  const FileLock lock(lock_path(), kLockTimeoutS);
   RollbackResult result;
   result.from = latest();
   result.to = resolve(version_or_tag);
@@ -471,6 +484,7 @@ RollbackResult CheckpointStore::rollback_to(const std::string& version_or_tag) {
 }
 
 RollbackResult CheckpointStore::rollback_previous() {
+  const FileLock lock(lock_path(), kLockTimeoutS);
   RollbackResult result;
   result.from = latest();
   if (!result.from) throw CheckpointError("'" + directory_ + "' has no latest pointer: nothing to roll back from");

@@ -8,13 +8,16 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "temp_dir.h"
 #include "moerl/storage/archive.h"
 #include "moerl/storage/atomic_file.h"
 #include "moerl/storage/checkpoint_store.h"
+#include "moerl/storage/file_lock.h"
 
 namespace fs = std::filesystem;
 using namespace moerl::storage;
@@ -235,6 +238,45 @@ TEST_CASE("tags name versions, rollback follows them, retention keeps them", "[s
   CHECK(store.apply_retention(1).deleted == std::vector<std::int64_t>{3, 5});
   CHECK(store.versions() == std::vector<std::int64_t>{2, 6});
   CHECK_THROWS_AS(store.untag("release-1.0"), CheckpointError);
+}
+
+TEST_CASE("a save that races with a rollback leaves `latest` where the rollback put it", "[storage]") {
+  TempDir dir;
+  CheckpointStore store(dir.file("ckpt"));
+  save(store, 1);
+  save(store, 2);
+  save(store, 3, 1, /*complete=*/false);  // the learner is writing v3, expecting `latest` at v2
+  store.rollback_to("1");                 // meanwhile, from another process
+  CHECK_FALSE(store.complete_version(3, 1, true, /*only_if_latest_is=*/2));
+  CHECK(store.latest() == 1);
+  CHECK(store.verify(3).valid);  // complete, only not named by `latest`
+  save(store, 4, 1, false);
+  CHECK(store.complete_version(4, 1, true, /*only_if_latest_is=*/1));
+  CHECK(store.latest() == 4);
+}
+
+TEST_CASE("a rollback waits for the lock a save holds; a lock held too long is named", "[storage]") {
+  TempDir dir;
+  CheckpointStore store(dir.file("ckpt"));
+  save(store, 1);
+  save(store, 2);
+  std::promise<void> locked;
+  std::thread saver([&] {
+    const FileLock lock(store.lock_path(), 1.0);
+    locked.set_value();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  });
+  locked.get_future().wait();
+  const auto started = std::chrono::steady_clock::now();
+  store.rollback_to("1");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  saver.join();
+  CHECK(waited > 0.2);
+  CHECK(store.latest() == 1);
+
+  const FileLock held(store.lock_path(), 1.0);
+  CHECK_THROWS_WITH(FileLock(store.lock_path(), 0.05),
+                    Catch::Contains(".latest.lock") && Catch::Contains("still held by another process"));
 }
 
 TEST_CASE("export writes the model arrays of every shard only", "[storage]") {

@@ -84,14 +84,20 @@ class CheckpointStore {
   std::string shard_path(std::int64_t version, int rank) const;
   std::string index_path(std::int64_t version) const;
   std::string latest_path() const;
+  // Held by every change of `latest` (saves and rollbacks, across processes).
+  std::string lock_path() const;
 
   // --- Writing a version -------------------------------------------------
   // Each learner rank writes its shard through this writer (creates the
   // directory); commit() puts the shard in place.
   std::unique_ptr<CheckpointWriter> shard_writer(std::int64_t version, int rank, int num_shards) const;
   // Once every shard is committed (after the caller's barrier), one rank writes
-  // the index, then moves `latest` to this version. Throws when a shard is missing.
-  void complete_version(std::int64_t version, int num_shards, bool move_latest = true);
+  // the index, then moves `latest` to this version; with `only_if_latest_is`,
+  // only when `latest` still names that version (or nothing), checked and
+  // moved under the store's lock so that a concurrent rollback is never
+  // overwritten. Returns whether `latest` moved. Throws when a shard is missing.
+  bool complete_version(std::int64_t version, int num_shards, bool move_latest = true,
+                        std::optional<std::int64_t> only_if_latest_is = std::nullopt);
 
   // --- Reading -----------------------------------------------------------
   std::vector<std::int64_t> versions() const;  // every version with any file on disk, ascending
