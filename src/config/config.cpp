@@ -11,6 +11,7 @@
 #include "moerl/config/schema.h"
 #include "moerl/core/hash.h"
 #include "moerl/hf/hf_config.h"
+#include "moerl/model/episode_format.h"
 
 namespace moerl::config {
 
@@ -114,6 +115,7 @@ class Loader {
       issues_.push_back(config_.issue("model.source", error.what()));
     }
     check_cross_field();
+    check_chat();
     if (!issues_.empty()) throw ConfigError(issues_);
     return std::move(config_);
   }
@@ -275,6 +277,20 @@ class Loader {
       require(e.first_dense_layers < m.num_layers, "moe.first_dense_layers",
               "leaves no MoE layer: must be < model.num_layers (" +
                   std::to_string(m.num_layers) + ")");
+    }
+  }
+
+  // [chat]: building the episode format loads the tokenizer and checks the
+  // layout against it and the model's vocabulary. Skipped when a [model]
+  // or [chat] key already failed (nothing sound to check, or the same fault twice).
+  void check_chat() {
+    for (const ConfigIssue& issue : issues_)
+      if (issue.key.rfind("model.", 0) == 0 || issue.key.rfind("chat.", 0) == 0) return;
+    if (model::episode_format_undecided(config_.model, config_.chat)) return;
+    try {
+      model::make_episode_format(config_.model, config_.chat);
+    } catch (const model::EpisodeFormatError& error) {
+      issues_.push_back(config_.issue(error.key(), error.what()));
     }
   }
 

@@ -213,6 +213,39 @@ SectionSpec model_section() {
   return spec;
 }
 
+SectionSpec chat_section() {
+  SectionSpec spec{"chat",
+                   "How multi-turn episodes become tokens: the chat layout (role markers, end-of-turn "
+                   "token) and the tokenizer. The policy generates each action and its end-of-turn "
+                   "token; everything else is context.",
+                   {}, {}, {}};
+  SectionBuilder<ChatSection> b(spec, &Config::chat);
+  // No "|" in these texts: they are cells of the Markdown table of `moerl config reference`.
+  b.choice("layout", &ChatSection::layout,
+           {{"auto", ChatLayoutPreset::Auto}, {"byte", ChatLayoutPreset::Byte},
+            {"chatml", ChatLayoutPreset::ChatMl}, {"llama3", ChatLayoutPreset::Llama3}},
+           "Layout preset: byte (the built-in byte tokenizer's role tokens and end-of-turn token), "
+           "chatml (Qwen's im_start/im_end markers) or llama3 (start_header_id/end_header_id headers, "
+           "eot_id); auto = byte for the built-in model, chatml for an hf: source.");
+  b.field("tokenizer", &ChatSection::tokenizer,
+          "tokenizer.json of the chatml/llama3 layouts; empty = DIR/tokenizer.json of source = \"hf:DIR\". "
+          "Its ids must fit model.vocab_size.");
+  b.field("begin", &ChatSection::begin,
+          "Text written once before the first message (may hold special tokens); empty = the preset's.");
+  b.field("message", &ChatSection::message,
+          "Template of every message, with {role} and {content}; {content} must be followed by "
+          "end_of_turn; empty = the preset's.");
+  b.field("end_of_turn", &ChatSection::end_of_turn,
+          "The token that ends a message; the policy ends its turn with it, and it must be a single "
+          "token of the tokenizer; empty = the preset's.");
+  b.field("system_role", &ChatSection::system_role, "{role} of system messages; empty = the preset's.");
+  b.field("user_role", &ChatSection::user_role,
+          "{role} of user messages (the observations); empty = the preset's.");
+  b.field("assistant_role", &ChatSection::assistant_role,
+          "{role} of assistant messages (the policy's actions); empty = the preset's.");
+  return spec;
+}
+
 SectionSpec moe_section() {
   SectionSpec spec{"moe", "Mixture-of-experts feed-forward layers.", {}, {}, {}};
   SectionBuilder<MoeSection> b(spec, &Config::moe);
@@ -515,6 +548,7 @@ const std::vector<SectionSpec>& all_sections() {
       run_section(),
       cluster_section(),
       model_section(),
+      chat_section(),
       moe_section(),
       rollout_section(),
       algo_section(),

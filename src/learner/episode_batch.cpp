@@ -17,7 +17,10 @@ EpisodeBatch make_episode_batch(const std::vector<const rollout::Trajectory*>& e
     all_routed = all_routed && t->moe_layers > 0 && !t->routing.empty();
   }
   EpisodeBatch batch;
-  batch.inputs = torch::full({b, longest}, 258 /* pad */, torch::kInt64);
+  // The padding is never read: the policy packs each row's first `lengths`
+  // tokens (AttentionBatch::token_index) before the embedding. Id 0 exists
+  // in every vocabulary, whichever tokenizer the episodes were made with.
+  batch.inputs = torch::zeros({b, longest}, torch::kInt64);
   batch.lengths = torch::empty({b}, torch::kInt64);
   batch.targets = torch::empty({total}, torch::kInt64);
   batch.loss_mask = torch::empty({total}, torch::kFloat32);

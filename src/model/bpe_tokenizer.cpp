@@ -580,6 +580,10 @@ bool BpeTokenizer::is_special(std::int64_t id) const {
   return id >= 0 && id < vocab_size() && impl_->id_kind[id] == IdKind::IdSpecial;
 }
 
+bool BpeTokenizer::has_id(std::int64_t id) const {
+  return id >= 0 && id < vocab_size() && impl_->id_kind[id] != IdKind::IdUnused;
+}
+
 std::int64_t BpeTokenizer::vocab_size() const { return static_cast<std::int64_t>(impl_->id_kind.size()); }
 
 std::string utf8_lossy(std::string_view bytes) {

@@ -14,7 +14,7 @@ std::string replace_all(std::string text, const std::string& from, const std::st
 }
 
 [[noreturn]] void layout_error(const std::string& field, const std::string& what) {
-  throw Error("chat layout: " + field + ": " + what);
+  throw ChatLayoutError(field, "chat layout: " + field + ": " + what);
 }
 
 }  // namespace
@@ -60,7 +60,7 @@ RenderedChat ChatRenderer::render(const std::vector<ChatMessage>& messages, bool
   };
   append(begin_, false);
   for (const ChatMessage& message : messages) {
-    const int r = message.role == Role::RoleSystem ? 0 : message.role == Role::RoleUser ? 1 : 2;
+    const int r = role_index(message.role);
     const bool generated = message.role == Role::RoleAssistant;
     append(headers_[r], false);  // the header is prompt, not action
     append(tokenizer_.encode(message.content, /*allow_special=*/false), generated);

@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "moerl/core/hash.h"
-#include "moerl/model/tokenizer.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics.h"
 #include "moerl/telemetry/metrics_report.h"
@@ -13,10 +12,9 @@
 namespace moerl::rollout {
 namespace {
 
-using Tok = model::SpecialTokens;
-
-EngineOptions engine_options(const config::Config& config) {
+EngineOptions engine_options(const config::Config& config, const model::EpisodeFormat& format) {
   EngineOptions options;
+  options.format = format;
   options.context_budget = config.rollout.max_tokens_per_episode;
   // The learner recomputes log-probs over exactly the tokens the actor fed:
   // truncating old turns would make those differ, so a full context ends the
@@ -52,7 +50,8 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
     : config_(config),
       world_(world),
       mailbox_(mailbox),
-      engine_(policy, engine_options(config)),
+      format_(model::make_episode_format(config.model, config.chat)),
+      engine_(policy, engine_options(config, format_)),
       env_(mailbox, env_worker_ranks(world)),
       receiver_(sync_comm, sync::module_weight_views(*policy), sync::sync_options(config.sync, config.cluster.message_timeout_s)) {
   moe_layers_ = policy->num_moe_layers();
@@ -109,15 +108,9 @@ void Actor::start_waiting_groups() {
 }
 
 void Actor::prompt_turn(Episode& episode, const std::string& observation, bool first) {
-  std::vector<std::int64_t> prompt;
-  if (first) prompt.push_back(Tok::kBos);
   // A turn cut off by max_tokens_per_turn is closed here, as a fed token.
-  if (episode.needs_end_of_turn) prompt.push_back(Tok::kEndOfTurn);
+  const std::vector<std::int64_t> prompt = format_.prompt_turn(observation, first, episode.needs_end_of_turn);
   episode.needs_end_of_turn = false;
-  prompt.push_back(Tok::kUser);
-  for (unsigned char c : observation) prompt.push_back(c);
-  prompt.push_back(Tok::kEndOfTurn);
-  prompt.push_back(Tok::kAssistant);
   Trajectory& t = episode.trajectory;
   for (std::int64_t token : prompt) {
     t.tokens.push_back(static_cast<std::int32_t>(token));
@@ -172,22 +165,21 @@ void Actor::on_turn(std::uint64_t id) {
   Episode& episode = episodes_.at(id);
   GeneratedTurn turn = engine_.take_turn(id);
   Trajectory& t = episode.trajectory;
-  std::string action;
   for (size_t i = 0; i < turn.tokens.size(); ++i) {
     t.tokens.push_back(static_cast<std::int32_t>(turn.tokens[i]));
     t.generated.push_back(1);
     t.behaviour_logprobs.push_back(turn.logprobs[i]);
     t.versions.push_back(static_cast<std::int32_t>(turn.policy_versions[i]));
-    if (turn.tokens[i] < 256) action.push_back(static_cast<char>(turn.tokens[i]));
   }
+  // The environment sees the action's text, without special tokens (the end-of-turn one included).
+  const std::string action = format_.action_text(turn.tokens);
   telemetry::metrics().add("rollout.generated_tokens", static_cast<double>(turn.tokens.size()));
   if (turn.episode_over) {
     t.truncated = true;
     finish(episode, "");
     return;
   }
-  // The environment sees the action without the end-of-turn marker.
-  episode.needs_end_of_turn = turn.tokens.empty() || turn.tokens.back() != Tok::kEndOfTurn;
+  episode.needs_end_of_turn = turn.tokens.empty() || turn.tokens.back() != format_.end_of_turn_id();
   episode.waiting_env = true;
   env_.step(id, action);
 }
@@ -223,11 +215,8 @@ void Actor::finish(Episode& episode, const std::string& error) {
     t.moe_layers = t.top_k = 0;
   }
   if (spdlog::should_log(spdlog::level::debug)) {
-    std::string text;
-    for (std::int32_t token : t.tokens)
-      text += token < 256 ? std::string(1, static_cast<char>(token)) : "<" + model::ByteTokenizer::special_name(token) + ">";
     spdlog::debug("episode {} ({} seed {}, reward {}, {}): {}", t.episode_id, t.task.family, t.task.seed, t.reward,
-                  error.empty() ? "ok" : error, text);
+                  error.empty() ? "ok" : error, format_.debug_text(t.tokens));
   }
   env_.close(episode.id);
   const int learner = static_cast<int>(t.group_id % static_cast<std::uint64_t>(world_.layout().count(runtime::Role::Learner)));
@@ -247,7 +236,8 @@ void Actor::apply_new_weights() {
 }
 
 void Actor::run(runtime::StopCoordinator& stop) {
-  spdlog::info("actor {}: up to {} episodes at once", world_.role_index(), config_.rollout.sessions_per_actor);
+  spdlog::info("actor {}: up to {} episodes at once, episodes in the {}", world_.role_index(),
+               config_.rollout.sessions_per_actor, format_.description());
   telemetry::MetricsReporter reporter(mailbox_, config_.telemetry.metrics_interval_s);
   while (!stop.should_stop()) {
     reporter.maybe_send();

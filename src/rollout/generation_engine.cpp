@@ -5,31 +5,9 @@
 #include <cmath>
 
 #include "moerl/core/error.h"
-#include "moerl/model/tokenizer.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::rollout {
-
-namespace {
-
-using model::SpecialTokens;
-
-bool is_role_token(std::int64_t t) {
-  return t == SpecialTokens::kUser || t == SpecialTokens::kAssistant || t == SpecialTokens::kSystem;
-}
-
-// Length of the head kept by truncation: up to and including the <|eot|>
-// that closes the first user message (system prompt + task statement); 0
-// when the context has no complete user message.
-std::int64_t head_length(const std::vector<std::int64_t>& context) {
-  const auto user = std::find(context.begin(), context.end(), SpecialTokens::kUser);
-  if (user == context.end()) return 0;
-  const auto eot = std::find(user, context.end(), SpecialTokens::kEndOfTurn);
-  if (eot == context.end()) return 0;
-  return static_cast<std::int64_t>(eot - context.begin()) + 1;
-}
-
-}  // namespace
 
 const char* stop_reason_name(StopReason reason) {
   switch (reason) {
@@ -106,14 +84,14 @@ void GenerationEngine::end_episode(Session& s, StopReason reason) {
 
 bool GenerationEngine::truncate_context(Session& s) {
   const auto size = static_cast<std::int64_t>(s.context.size());
-  const std::int64_t head = head_length(s.context);
+  const std::int64_t head = options_.format.head_length(s.context);
   const auto target = static_cast<std::int64_t>(options_.truncate_keep_fraction * static_cast<double>(budget_));
   const std::int64_t tail = target - head;
   if (tail < 1) return false;
   std::int64_t cut = std::max(head, size - tail);
   // Start the kept tail at a message boundary when there is one.
   for (std::int64_t i = cut; i < size; ++i) {
-    if (is_role_token(s.context[static_cast<std::size_t>(i)])) {
+    if (options_.format.starts_message(s.context[static_cast<std::size_t>(i)])) {
       cut = i;
       break;
     }
@@ -353,13 +331,14 @@ void GenerationEngine::sample_for(Session& s, const double* logits, const std::i
   ++s.episode_tokens;
   telemetry::metrics().add("rollout.decode_tokens");
 
-  if (s.stop.stop_on_eot && tok.id == SpecialTokens::kEndOfTurn) {
+  if (s.stop.stop_on_eot && tok.id == options_.format.end_of_turn_id()) {
     finish_turn(s, StopReason::StopEndOfTurn, finished);
     return;
   }
-  if (!s.stop.stop_strings.empty() && !model::ByteTokenizer::is_special(tok.id)) {
+  const std::string bytes = s.stop.stop_strings.empty() ? std::string() : options_.format.token_bytes(tok.id);
+  if (!bytes.empty()) {  // special tokens add no text
     const std::size_t before = s.turn_text.size();
-    s.turn_text.push_back(static_cast<char>(tok.id));
+    s.turn_text += bytes;
     for (const std::string& stop : s.stop.stop_strings) {
       if (stop.empty()) continue;
       // Only a match that ends in the new bytes is new.
@@ -394,7 +373,7 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
   const auto B = static_cast<std::int64_t>(rows.size());
   std::int64_t width = 0;
   for (const Row& r : rows) width = std::max(width, r.count);
-  std::vector<std::int64_t> host(static_cast<std::size_t>(B * width), SpecialTokens::kPad);
+  std::vector<std::int64_t> host(static_cast<std::size_t>(B * width), options_.format.pad_id());
   std::vector<std::int64_t> lengths;
   std::vector<model::SequenceId> ids;
   for (std::int64_t b = 0; b < B; ++b) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "moerl/model/episode_format.h"
 #include "moerl/model/policy.h"
 #include "moerl/model/tokenizer.h"
 #include "moerl/rollout/generation_engine.h"
@@ -440,6 +441,90 @@ TEST_CASE("context budget: end the episode, or truncate keeping the task stateme
     // The kept context was prefilled again: the cache holds all but the last token.
     CHECK(engine.fed_length(1) == static_cast<std::int64_t>(context.size()) - 1);
   }
+}
+
+TEST_CASE("a chat format: stop on its end-of-turn token, stop strings on decoded bytes, its head kept",
+          "[rollout][engine][episode_format]") {
+  using moerl::model::BpeTokenizer;
+  using moerl::model::ChatLayout;
+  using moerl::model::ChatRenderer;
+  using moerl::model::EpisodeFormat;
+  const BpeTokenizer tokenizer =
+      BpeTokenizer::from_file(std::string(MOERL_SOURCE_DIR) + "/tests/parity/fixtures/qwen2_moe/tokenizer.json");
+  const EpisodeFormat chatml(ChatRenderer(tokenizer, ChatLayout::chatml()));
+  const std::int64_t im_end = chatml.end_of_turn_id();
+  REQUIRE(im_end == 2);
+  ModelSection model = tiny_model(128);
+  model.vocab_size = tokenizer.vocab_size();
+  torch::manual_seed(29);
+  Policy policy(model, tiny_moe());
+  policy->to(torch::kDouble);
+  policy->eval();
+  const std::vector<std::int64_t> task = chatml.prompt_turn("sort: 86 62 57", true, false);
+  SamplingParams greedy;
+  greedy.greedy = true;
+  auto generate = [&](Policy& p, const EpisodeFormat& format, const StopParams& stop) {
+    EngineOptions options;
+    options.format = format;
+    GenerationEngine engine(p, options);
+    engine.add_session(1, 1);
+    engine.append_prompt(1, task);
+    engine.start_turn(1, greedy, stop);
+    run_until_idle(engine);
+    return engine.take_turn(1);
+  };
+  StopParams plain;
+  plain.stop_on_eot = false;
+  plain.max_turn_tokens = 20;
+  const GeneratedTurn base = generate(policy, chatml, plain);
+  REQUIRE(base.tokens.size() == 20);
+  // A stop string made of the decoded bytes of tokens 5..7 (BPE tokens of
+  // one or more bytes each) ends the turn at token 7 at the latest.
+  std::string text;
+  for (std::size_t i = 5; i < 8; ++i) text += chatml.token_bytes(base.tokens[i]);
+  REQUIRE_FALSE(text.empty());
+  StopParams with_stop = plain;
+  with_stop.stop_strings = {text};
+  const GeneratedTurn cut = generate(policy, chatml, with_stop);
+  CHECK(cut.stop_reason == StopReason::StopString);
+  CHECK(cut.tokens.size() <= 8);
+  CHECK(std::equal(cut.tokens.begin(), cut.tokens.end(), base.tokens.begin()));
+  CHECK(chatml.action_text(cut.tokens).find(text) != std::string::npos);
+
+  // <|im_end|> made the greedy choice: the chat format ends the turn on it;
+  // the byte format, whose end-of-turn is another id, does not.
+  {
+    torch::NoGradGuard no_grad;
+    auto& w = policy->lm_head->weight;
+    w[im_end].copy_(w[base.tokens[0]] * 4.0);
+  }
+  StopParams eot_stop;
+  eot_stop.max_turn_tokens = 5;
+  const GeneratedTurn eot = generate(policy, chatml, eot_stop);
+  CHECK(eot.stop_reason == StopReason::StopEndOfTurn);
+  CHECK(eot.tokens == std::vector<std::int64_t>{im_end});
+  const GeneratedTurn byte_eot = generate(policy, EpisodeFormat(), eot_stop);
+  CHECK(byte_eot.stop_reason == StopReason::StopMaxTurnTokens);
+  CHECK(byte_eot.tokens.front() == im_end);
+
+  // Truncation keeps the head through the first user message's <|im_end|>\n.
+  EngineOptions options;
+  options.format = chatml;
+  options.context_budget = 48;
+  options.context_policy = ContextPolicy::ContextTruncate;
+  GenerationEngine engine(policy, options);
+  engine.add_session(1, 1);
+  engine.append_prompt(1, task);
+  StopParams long_turn;
+  long_turn.stop_on_eot = false;
+  long_turn.max_turn_tokens = 60;
+  engine.start_turn(1, greedy, long_turn);
+  run_until_idle(engine);
+  const GeneratedTurn truncated = engine.take_turn(1);
+  CHECK(truncated.context_truncated);
+  const std::int64_t head = chatml.head_length(task);
+  CHECK(head == static_cast<std::int64_t>(task.size() - tokenizer.encode("<|im_start|>assistant\n").size()));
+  CHECK(std::equal(task.begin(), task.begin() + head, engine.context(1).begin()));
 }
 
 TEST_CASE("block pool exhaustion preempts sessions and still decodes exactly", "[rollout][engine]") {

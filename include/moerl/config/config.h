@@ -22,6 +22,7 @@ struct Config {
   RunSection run;
   ClusterSection cluster;
   ModelSection model;
+  ChatSection chat;
   MoeSection moe;
   TelemetrySection telemetry;
   RolloutSection rollout;

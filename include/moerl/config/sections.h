@@ -61,6 +61,22 @@ struct ModelSection {
   std::int64_t sliding_window = 0;      // 0 = full causal attention; else keys within this many positions
 };
 
+enum class ChatLayoutPreset { Auto, Byte, ChatMl, Llama3 };
+
+// [chat]: how multi-turn episodes become tokens (model/episode_format.h).
+// The string keys override the preset's field of the same name in
+// model::ChatLayout; "" keeps the preset's.
+struct ChatSection {
+  ChatLayoutPreset layout = ChatLayoutPreset::Auto;  // auto: byte for the built-in model, chatml for hf:
+  std::string tokenizer = "";       // tokenizer.json; "" = DIR/tokenizer.json of source = "hf:DIR"
+  std::string begin = "";           // written once before the first message
+  std::string message = "";         // template with {role} and {content}
+  std::string end_of_turn = "";     // one token; follows {content} in `message`
+  std::string system_role = "";
+  std::string user_role = "";
+  std::string assistant_role = "";
+};
+
 enum class RouterMode { SoftmaxThenTopK, TopKThenSoftmax };
 
 // [moe]: the mixture-of-experts feed-forward layers.

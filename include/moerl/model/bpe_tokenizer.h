@@ -63,6 +63,9 @@ class BpeTokenizer {
   // or of an added token ("<|im_end|>").
   std::optional<std::int64_t> token_id(std::string_view token) const;
   bool is_special(std::int64_t id) const;
+  // Whether decode takes this id (vocabulary entry or added token); a model's
+  // vocabulary may be larger than its tokenizer's, with ids no text maps to.
+  bool has_id(std::int64_t id) const;
   // One past the largest id (vocabulary and added tokens).
   std::int64_t vocab_size() const;
 

@@ -18,10 +18,23 @@
 #include <string>
 #include <vector>
 
+#include "moerl/core/error.h"
 #include "moerl/model/bpe_tokenizer.h"
 #include "moerl/model/tokenizer.h"
 
 namespace moerl::model {
+
+// A layout that does not fit its tokenizer. field() names the ChatLayout
+// member at fault ("message", "end_of_turn"), so that a caller can point at
+// the configuration key that set it.
+class ChatLayoutError : public Error {
+ public:
+  ChatLayoutError(std::string field, const std::string& message) : Error(message), field_(std::move(field)) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
 
 struct ChatLayout {
   std::string begin;  // written once before the first message, e.g. "<|begin_of_text|>"
@@ -37,8 +50,8 @@ struct ChatLayout {
 
 class ChatRenderer {
  public:
-  // Validates the layout against the tokenizer; throws moerl::Error naming
-  // the layout field at fault.
+  // Validates the layout against the tokenizer; throws ChatLayoutError
+  // naming the layout field at fault.
   ChatRenderer(BpeTokenizer tokenizer, ChatLayout layout);
 
   RenderedChat render(const std::vector<ChatMessage>& messages, bool add_generation_prompt = false) const;
@@ -46,10 +59,17 @@ class ChatRenderer {
   std::int64_t end_of_turn_id() const { return end_of_turn_id_; }
   // The assistant header: what the framework writes before the policy's turn.
   const std::vector<std::int64_t>& generation_prompt() const { return headers_[2]; }
+  // The parts render() writes: `begin` once, then per message the header,
+  // the content, the end-of-turn token and the trailer (e.g. ChatML's "\n").
+  const std::vector<std::int64_t>& begin() const { return begin_; }
+  const std::vector<std::int64_t>& header(Role role) const { return headers_[role_index(role)]; }
+  const std::vector<std::int64_t>& trailer(Role role) const { return trailers_[role_index(role)]; }
   const BpeTokenizer& tokenizer() const { return tokenizer_; }
   const ChatLayout& layout() const { return layout_; }
 
  private:
+  static int role_index(Role role) { return role == Role::RoleSystem ? 0 : role == Role::RoleUser ? 1 : 2; }
+
   BpeTokenizer tokenizer_;
   ChatLayout layout_;
   std::vector<std::int64_t> begin_;

@@ -5,7 +5,9 @@
 // Per episode: open the task on its env worker; put the observation into the
 // context as a user turn followed by the assistant header; generate until
 // end-of-turn; send the decoded action to the env worker; repeat until the
-// episode is done (or the context budget ends it, flagged). The whole context
+// episode is done (or the context budget ends it, flagged). The tokens of
+// every turn follow the run's episode format ([chat], model/episode_format.h):
+// the byte tokenizer's layout, or the model's tokenizer with a chat layout. The whole context
 // with its generated-token mask, behaviour log-probs, token versions and the
 // routing of every fed position becomes one Trajectory for learner
 // (group_id mod learners).
@@ -22,6 +24,7 @@
 #include "moerl/comm/communicator.h"
 #include "moerl/config/config.h"
 #include "moerl/env/env_worker.h"
+#include "moerl/model/episode_format.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/generation_engine.h"
 #include "moerl/rollout/trajectory.h"
@@ -45,7 +48,7 @@ class Actor {
     int sample = 0;                  // index within its group
     Trajectory trajectory;
     bool waiting_env = true;
-    bool needs_end_of_turn = false;  // the last turn hit max tokens before <eot>
+    bool needs_end_of_turn = false;  // the last turn hit max tokens before its end-of-turn token
     std::chrono::steady_clock::time_point started;
   };
 
@@ -62,6 +65,7 @@ class Actor {
   const config::Config& config_;
   const runtime::World& world_;
   runtime::Mailbox& mailbox_;
+  model::EpisodeFormat format_;  // before engine_, which takes a copy
   GenerationEngine engine_;
   env::EnvClient env_;
   sync::WeightReceiver receiver_;

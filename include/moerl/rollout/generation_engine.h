@@ -46,9 +46,10 @@
 //     is over (episode_over(id); later start_turn calls finish at once).
 //     A prompt that does not fit is not appended.
 //   ContextTruncate: the context is cut to about truncate_keep_fraction of
-//     the budget: the head (up to the <|eot|> closing the first user message,
-//     i.e. system prompt + task statement) is kept, followed by the newest
-//     tokens starting at a message boundary (a role token) where one exists.
+//     the budget: the head (up to the end-of-turn closing the first user
+//     message, i.e. system prompt + task statement) is kept, followed by the
+//     newest tokens starting at a message boundary (a role header) where one
+//     exists.
 //     The KV cache of the session is dropped and the kept tokens are prefilled
 //     again. The turn records context_truncated. When the head alone leaves
 //     no room, the episode ends as with ContextEndEpisode.
@@ -60,6 +61,11 @@
 // kept (in-flight weight update, as PipelineRL does); recompute_kv_on_swap
 // drops every session's KV so that everything after the swap is computed
 // with the new weights only.
+//
+// Token layout. EngineOptions::format (model/episode_format.h) names the
+// end-of-turn token a turn stops on, the bytes of each token that stop
+// strings are matched on, the message boundaries and head that truncation
+// keeps, and the id that pads rows; the default is the byte tokenizer's.
 //
 // Routing capture. For generated token i of a turn, expert_indices[i] is the
 // routing (per MoE layer, top_k experts) of the position whose logits it was
@@ -79,6 +85,7 @@
 
 #include <torch/torch.h>
 
+#include "moerl/model/episode_format.h"
 #include "moerl/model/kv_cache.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/sampling.h"
@@ -87,7 +94,7 @@ namespace moerl::rollout {
 
 enum class StopReason {
   StopNone,            // still generating
-  StopEndOfTurn,       // the policy emitted <|eot|>
+  StopEndOfTurn,       // the policy emitted the end-of-turn token
   StopString,          // a stop string appeared in the turn's decoded bytes
   StopMaxTurnTokens,   // StopParams::max_turn_tokens generated this turn
   StopEpisodeBudget,   // StopParams::max_episode_tokens generated this episode
@@ -96,7 +103,7 @@ enum class StopReason {
 const char* stop_reason_name(StopReason reason);
 
 struct StopParams {
-  bool stop_on_eot = true;                // stop after emitting <|eot|> (kept in the turn)
+  bool stop_on_eot = true;                // stop after emitting the end-of-turn token (kept in the turn)
   std::vector<std::string> stop_strings;  // matched on the decoded bytes of this turn
   std::int64_t max_turn_tokens = 256;     // 0 = unlimited (the context budget still applies)
   std::int64_t max_episode_tokens = 0;    // generated tokens over the episode; 0 = unlimited
@@ -118,11 +125,12 @@ struct EngineOptions {
   // (and tokens) do not depend on which sessions share the step. Bitwise
   // reproducible as long as nothing is preempted (max_kv_blocks = 0).
   bool isolate_sessions = false;
+  model::EpisodeFormat format;           // token layout (see above); default: the byte tokenizer
 };
 
 // One finished turn of a session.
 struct GeneratedTurn {
-  std::vector<std::int64_t> tokens;           // [n] generated token ids (the <|eot|> included)
+  std::vector<std::int64_t> tokens;           // [n] generated token ids (the end-of-turn token included)
   std::vector<float> logprobs;                // [n] behaviour log-probs: sampling distribution used
   std::vector<float> model_logprobs;          // [n] raw model log-probs (temperature 1, unfiltered)
   torch::Tensor expert_indices;               // [n, moe_layers, top_k] int64; undefined without MoE
