@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -140,6 +142,7 @@ void Learner::receive_episodes() {
       coordinator_->record_evaluation(episode);
       continue;
     }
+    ++received_episodes_;
     groups_[episode.group_id].push_back(std::move(episode));
   }
 }
@@ -160,17 +163,23 @@ void Learner::write_metrics_line() {
   metrics_file_->append(aggregator_.json_line(step_));
 }
 
+size_t Learner::serve_once() {
+  std::lock_guard<std::mutex> lock(service_mutex_);
+  if (coordinator_) coordinator_->serve(version_);
+  receive_episodes();
+  collect_metrics();
+  size_t held = 0;
+  for (const auto& [id, episodes] : groups_) held += episodes.size();
+  return held;
+}
+
 void Learner::serve_while(const std::function<bool()>& busy) {
   const double started = now_s();
   double last_progress = started;
   size_t seen = 0;
   while (busy()) {
-    if (coordinator_) coordinator_->serve(version_);
-    receive_episodes();
-    collect_metrics();
+    const size_t held = serve_once();
     if (publisher_ && publisher_->in_flight()) publisher_->progress();
-    size_t held = 0;
-    for (const auto& [id, episodes] : groups_) held += episodes.size();
     if (held != seen) {
       seen = held;
       last_progress = now_s();
@@ -184,7 +193,33 @@ void Learner::serve_while(const std::function<bool()>& busy) {
   }
 }
 
+void Learner::serve_during(const std::function<void()>& work) {
+  std::atomic<bool> done{false};
+  std::exception_ptr helper_failure;
+  std::thread helper([&] {
+    try {
+      while (!done.load(std::memory_order_acquire)) {
+        serve_once();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    } catch (...) {
+      helper_failure = std::current_exception();
+    }
+  });
+  std::exception_ptr work_failure;
+  try {
+    work();
+  } catch (...) {
+    work_failure = std::current_exception();
+  }
+  done.store(true, std::memory_order_release);
+  helper.join();
+  if (work_failure) std::rethrow_exception(work_failure);
+  if (helper_failure) std::rethrow_exception(helper_failure);
+}
+
 std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t& dropped, std::int64_t& taken) {
+  std::lock_guard<std::mutex> lock(service_mutex_);
   const std::int64_t quota = (config_.algo.groups_per_step + learners_ - 1) / learners_;
   const auto group_size = static_cast<size_t>(config_.rollout.group_size);
   std::vector<std::uint64_t> complete;
@@ -324,6 +359,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   StepStats st;
   st.step = step_;
   st.version = version_;
+  st.episodes = static_cast<int>(episodes.size());
   optimizer_->zero_grad();
   double local_tokens = 0;
   if (!episodes.empty()) {
@@ -551,6 +587,35 @@ void Learner::publish_weights() {
   telemetry::metrics().set("sync.versions_in_flight", static_cast<double>(version_) - oldest + 1);
 }
 
+std::int64_t Learner::episodes_to_drain() {
+  // Learner 0 knows what it handed out for every learner; one all-reduce tells each its number.
+  std::vector<double> expected(static_cast<size_t>(learners_), 0.0);
+  if (coordinator_)
+    for (size_t l = 0; l < expected.size(); ++l) expected[l] = static_cast<double>(coordinator_->assigned_episodes()[l]);
+  if (learners_ > 1)
+    learner_comm_.allreduce_sum(expected.data(), expected.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);
+  return static_cast<std::int64_t>(expected[static_cast<size_t>(learner_comm_.rank())]);
+}
+
+void Learner::drain_episodes(std::int64_t expected, runtime::StopCoordinator& stop) {
+  const double limit_s = 10 * config_.cluster.message_timeout_s;
+  const double deadline = now_s() + limit_s;
+  serve_while([&] {
+    if (received_episodes_ >= expected || stop.should_stop()) return false;
+    if (now_s() > deadline)
+      throw runtime::TimeoutError("learner " + std::to_string(world_.role_index()) + ": after the last step, " +
+                                  std::to_string(expected - received_episodes_) + " of the " + std::to_string(expected) +
+                                  " training episodes handed out for it did not arrive within " +
+                                  std::to_string(static_cast<int>(limit_s)) + " s");
+    return true;
+  });
+  // Generated for steps the run does not take.
+  size_t unused = 0;
+  for (const auto& [id, episodes] : groups_) unused += episodes.size();
+  telemetry::metrics().set("learner.unused_episodes", static_cast<double>(unused));
+  groups_.clear();
+}
+
 void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_step) {
   if (!world_.is_coordinator()) return;
   std::ostringstream line;
@@ -608,7 +673,11 @@ void Learner::run(runtime::StopCoordinator& stop) {
       return batch.empty() && taken + dropped == 0;
     });
     if (stop.should_stop()) break;
-    StepStats stats = update(batch);
+    // While this learner computes, its actors' work requests and
+    // trajectories keep being answered and taken in (asynchronous mode
+    // overlaps generation with the update only if the actors are fed).
+    StepStats stats;
+    serve_during([&] { stats = update(batch); });
     stats.dropped_groups = dropped;
     double counts[2] = {static_cast<double>(taken), static_cast<double>(dropped)};
     if (learners_ > 1) learner_comm_.allreduce_sum(counts, 2, comm::DataType::Float64, config_.cluster.message_timeout_s);
@@ -623,7 +692,13 @@ void Learner::run(runtime::StopCoordinator& stop) {
     write_metrics_line();
     last_reward = stats.reward_mean;
     checkpoint_step(done, last_reward);
+    if (step_observer_) step_observer_(stats);
   }
+  // Every learner ends the loop at the same step unless a stop interrupted it
+  // (then the actors stop at once and nothing is drained).
+  const bool completed = step_ >= config_.optim.total_steps;
+  const std::int64_t to_drain = completed ? episodes_to_drain() : 0;
+  if (completed && !coordinator_) drain_episodes(to_drain, stop);
   // The final weights, or the state at a stop signal (Slurm's SIGTERM before
   // its time limit): a later --resume auto continues from here.
   if (step_ > first_step && (!stop.should_stop() || config_.checkpoint.save_on_stop)) save_checkpoint_now(last_reward);
@@ -638,6 +713,9 @@ void Learner::run(runtime::StopCoordinator& stop) {
   std::fflush(stdout);
   serve_while([&] { return coordinator_->phase() != TaskCoordinator::Phase::Done && !stop.should_stop(); });
   coordinator_->finish_actors();
+  // The actors finish what they started after `finished`; learner 0 is the
+  // last to let go of the world, so it waits for its episodes last.
+  if (completed) drain_episodes(to_drain, stop);
   serve_while([&] { return publisher_->in_flight() && !publisher_->progress(); });
   publisher_->close();
   const double wall = now_s() - started;

@@ -17,7 +17,8 @@ constexpr std::uint64_t kEvalSeedBase = 1ull << 40;
 
 TaskCoordinator::TaskCoordinator(const config::Config& config, runtime::Mailbox& mailbox, int learners,
                                  std::vector<int> actor_ranks)
-    : config_(config), mailbox_(mailbox), learners_(learners), actors_(std::move(actor_ranks)) {
+    : config_(config), mailbox_(mailbox), learners_(learners), actors_(std::move(actor_ranks)),
+      assigned_episodes_(static_cast<size_t>(learners), 0) {
   next_seed_ = static_cast<std::uint64_t>(config.run.seed) * 1000003ull;
   start_evaluation(0);
 }
@@ -80,6 +81,7 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
     --allowed;
     ++in_flight_;
     ++assigned_this_step_;
+    assigned_episodes_[g.group_id % static_cast<std::uint64_t>(learners_)] += group_size;
   }
   return groups;
 }

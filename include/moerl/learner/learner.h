@@ -12,8 +12,10 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -72,6 +74,9 @@ class Learner {
   // One update on the given episodes (all learners call it together).
   StepStats update(const std::vector<const rollout::Trajectory*>& episodes);
 
+  // Called with every step's statistics, after the step (tests, benchmarks).
+  void set_step_observer(std::function<void(const StepStats&)> observer) { step_observer_ = std::move(observer); }
+
  private:
   struct EpisodeTargets;
   EpisodeTargets episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st);
@@ -92,7 +97,20 @@ class Learner {
   void checkpoint_step(bool done, double reward_mean);
   void roll_back_to(std::int64_t version);
   void check_learners_agree();
+  // One round of what a learner does between computations: learner 0 answers
+  // work requests; every learner takes in episodes and metrics. Returns the
+  // training episodes held. Thread-safe (serve_during's helper calls it too).
+  size_t serve_once();
   void serve_while(const std::function<bool()>& busy);
+  // Runs `work` (a step's computation) while a helper thread keeps serving.
+  void serve_during(const std::function<void()>& work);
+  // After the last step every learner takes in the rest of the training
+  // episodes handed out for it: the actors finish what they started, and a
+  // send to a learner that stopped receiving would never complete (the next
+  // job phase or MPI_Finalize would find the actor stuck in it).
+  // episodes_to_drain() is collective over the learners.
+  std::int64_t episodes_to_drain();
+  void drain_episodes(std::int64_t expected, runtime::StopCoordinator& stop);
   double learning_rate(std::int64_t step) const;
   void report(const StepStats& stats, double elapsed_s, std::int64_t first_step);
 
@@ -112,6 +130,9 @@ class Learner {
   std::vector<std::vector<std::uint8_t>> rng_states_; // [learner] as of the last step boundary
   std::map<std::uint64_t, std::vector<rollout::Trajectory>> groups_;  // group id -> episodes received
   std::vector<rollout::Trajectory> batch_storage_;
+  std::mutex service_mutex_;                          // groups_, the mailbox polls, the coordinator
+  std::int64_t received_episodes_ = 0;                // training episodes that reached this learner
+  std::function<void(const StepStats&)> step_observer_;
   std::unique_ptr<telemetry::MetricsReporter> reporter_;
   telemetry::MetricsAggregator aggregator_;            // learner 0: latest snapshot of every rank
   std::unique_ptr<telemetry::JsonLinesFile> metrics_file_;
