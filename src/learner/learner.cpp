@@ -344,6 +344,26 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
   return targets;
 }
 
+Learner::EpisodeTargets Learner::kept_targets(const std::vector<const rollout::Trajectory*>& episodes,
+                                              const EpisodeTargets& all, std::vector<const rollout::Trajectory*>& kept) {
+  const torch::Tensor flags = all.kept.contiguous();
+  const float* keep = flags.data_ptr<float>();
+  std::vector<std::int64_t> index;
+  for (size_t i = 0; i < episodes.size(); ++i)
+    if (keep[i] > 0) {
+      kept.push_back(episodes[i]);
+      index.push_back(static_cast<std::int64_t>(i));
+    }
+  if (kept.size() == episodes.size()) return all;
+  const torch::Tensor rows = torch::tensor(index, torch::kInt64);
+  EpisodeTargets out;
+  if (all.advantages.defined()) out.advantages = all.advantages.index_select(0, rows);
+  out.kept = torch::ones({static_cast<std::int64_t>(index.size())}, torch::kFloat32);
+  for (std::int64_t i : index) out.final_bonus.push_back(all.final_bonus[static_cast<size_t>(i)]);
+  out.kept_sequences = all.kept_sequences;
+  return out;
+}
+
 // How often the learner's own router would have picked other experts than the
 // replayed ones (fraction of token-layer pairs whose top-k sets differ).
 double Learner::router_disagreement(const EpisodeBatch& batch) {
@@ -363,12 +383,29 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   optimizer_->zero_grad();
   double local_tokens = 0;
   if (!episodes.empty()) {
-    const EpisodeTargets targets = episode_targets(episodes, st);
+    const EpisodeTargets all_targets = episode_targets(episodes, st);
     const bool replay = config_.algo.routing_replay && config_.moe.enabled;
+    {
+      // The step's token counts, staleness and router check cover every episode taken.
+      const EpisodeBatch whole = make_episode_batch(episodes, replay);
+      st.generated_tokens = whole.generated_tokens;
+      st.tokens = whole.targets.size(0);
+      record_staleness(whole, st);
+      if (replay && config_.algo.routing_check_interval > 0 && step_ % config_.algo.routing_check_interval == 0 &&
+          whole.forced_experts.defined()) {
+        st.router_disagreement = router_disagreement(whole);
+        telemetry::metrics().set("learner.router_disagreement", st.router_disagreement);
+      }
+    }
+    // Groups that dynamic sampling dropped carry no loss: they stay out of
+    // the forward and backward passes (the loss normalises over kept tokens
+    // and sequences only, so its value is the same).
+    std::vector<const rollout::Trajectory*> trained;
+    const EpisodeTargets targets = kept_targets(episodes, all_targets, trained);
     // Micro-batches ([optim] grad_accumulation) split the episodes; each
     // chunk's loss is weighted by its share of the batch so the summed
     // gradient equals that of one full-batch loss.
-    const auto n = static_cast<std::int64_t>(episodes.size());
+    const auto n = static_cast<std::int64_t>(trained.size());
     const std::int64_t chunks = std::min<std::int64_t>(config_.optim.grad_accumulation, n);
     const algo::PolicyLossOptions options = loss_options(config_.algo, config_.rollout.max_tokens_per_episode);
     double total_counted = 0;
@@ -376,7 +413,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
     std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
     for (std::int64_t c = 0; c < chunks; ++c) {
       const std::int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
-      std::vector<const rollout::Trajectory*> part(episodes.begin() + begin, episodes.begin() + end);
+      std::vector<const rollout::Trajectory*> part(trained.begin() + begin, trained.begin() + end);
       batches.push_back(make_episode_batch(part, replay));
       ranges.emplace_back(begin, end);
       const EpisodeBatch& b = batches.back();
@@ -398,14 +435,6 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       const torch::Tensor kept = targets.kept.narrow(0, begin, end - begin);
       const torch::Tensor token_mask = batch.loss_mask * algo::broadcast_to_tokens(kept, batch.sequence_index);
       const double counted = token_mask.sum().item<double>();
-      st.generated_tokens += batch.generated_tokens;
-      st.tokens += batch.targets.size(0);
-      record_staleness(batch, st);
-      if (replay && config_.algo.routing_check_interval > 0 && step_ % config_.algo.routing_check_interval == 0 &&
-          c == 0 && batch.forced_experts.defined()) {
-        st.router_disagreement = router_disagreement(batch);
-        telemetry::metrics().set("learner.router_disagreement", st.router_disagreement);
-      }
       if (counted == 0) continue;
       model::PolicyOutput out = policy_->forward(batch.inputs, batch.lengths, batch.forced_experts);
       algo::PolicyLossInputs inputs;
@@ -414,7 +443,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       const double share = chunk_share(counted, kept);
       torch::Tensor value_loss;
       if (value_head_) {
-        std::vector<const rollout::Trajectory*> part(episodes.begin() + begin, episodes.begin() + end);
+        std::vector<const rollout::Trajectory*> part(trained.begin() + begin, trained.begin() + end);
         std::vector<float> bonus(targets.final_bonus.begin() + begin, targets.final_bonus.begin() + end);
         const PpoTargets ppo = ppo_targets(batch, out.hidden, *value_head_, part, bonus, ppo_options(config_.algo));
         inputs.advantages = ppo.token_advantages;

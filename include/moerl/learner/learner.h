@@ -80,6 +80,9 @@ class Learner {
  private:
   struct EpisodeTargets;
   EpisodeTargets episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st);
+  // The targets of the episodes `all.kept` keeps, which are appended to `kept`.
+  static EpisodeTargets kept_targets(const std::vector<const rollout::Trajectory*>& episodes,
+                                     const EpisodeTargets& all, std::vector<const rollout::Trajectory*>& kept);
   std::vector<torch::Tensor> trainable_parameters() const;  // policy, then the value head (PPO)
   torch::nn::Module* value_head_module() { return value_head_ ? value_head_.get() : nullptr; }
   double router_disagreement(const EpisodeBatch& batch);
