@@ -87,7 +87,6 @@ max_tokens_per_episode = 512
 eval_episodes = 0
 [algo]
 groups_per_step = 2
-drop_zero_variance_groups = false
 [optim]
 lr = 0.003
 total_steps = 4
@@ -123,7 +122,8 @@ rollout::Trajectory scripted_episode(const rollout::TaskGroup& group, int sample
       t.behaviour_logprobs.push_back(generated ? -5.6f + 0.5f * static_cast<float>(next() % 1000) / 1000.f : 0.f);
       t.versions.push_back(generated ? version : -1);
     }
-    const float reward = static_cast<float>(next() % 3) / 2.f;
+    // Every third group fails alike: no reward variance, dynamic sampling drops it.
+    const float reward = group.group_id % 3 == 2 ? 0.f : static_cast<float>(next() % 3) / 2.f;
     t.turn_rewards.push_back(reward);
     t.reward += reward;
   }
@@ -306,6 +306,7 @@ TEST_CASE("synchronous and asynchronous modes produce the same losses and weight
 
   REQUIRE(sync_run.steps.size() == static_cast<size_t>(kSteps));
   REQUIRE(async_run.steps.size() == static_cast<size_t>(kSteps));
+  std::int64_t dropped = 0;
   for (size_t s = 0; s < sync_run.steps.size(); ++s) {
     const learner::StepStats& a = sync_run.steps[s];
     const learner::StepStats& b = async_run.steps[s];
@@ -322,7 +323,10 @@ TEST_CASE("synchronous and asynchronous modes produce the same losses and weight
     CHECK(a.behaviour_gap == b.behaviour_gap);
     CHECK(a.clip_fraction == b.clip_fraction);
     CHECK(a.entropy == b.entropy);
+    CHECK(a.zero_variance_groups == b.zero_variance_groups);
+    dropped += a.zero_variance_groups;
   }
+  CHECK(dropped > 0);  // some steps trained on part of their episodes
   CHECK(sync_run.steps.front().loss != sync_run.steps.back().loss);
   // The weights after the last step, parameter by parameter, byte for byte.
   REQUIRE(sync_run.weights.size() == async_run.weights.size());
