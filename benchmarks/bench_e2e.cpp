@@ -16,6 +16,16 @@
 // of the window spent in decode steps (the rest is waiting for work, for the
 // env workers or for weights), from their rollout.step_latency_s; actor
 // metrics arrive every 0.25 s, so short windows read them coarsely.
+//
+// What the ratio can be: synchronous mode takes generate + update per step,
+// asynchronous mode max(generate, update) when the two have a core each, so
+// the ratio is at most (G + U) / max(G, U) (2x when balanced), and it needs
+// spare cores: on 2 cores, 1 learner + 1 actor + 1 env worker
+// (--set cluster.actors=1) can overlap; with 2 actors the three compute ranks
+// already share the cores in synchronous mode's generation, which leaves
+// asynchronous mode little to gain. Asynchronous mode stays one step ahead at
+// most with max_staleness = 1, so a step's generation must fit in the
+// previous step's update to hide it completely.
 
 #include <mpi.h>
 
