@@ -198,10 +198,10 @@ void Learner::serve_during(const std::function<void()>& work) {
   std::exception_ptr helper_failure;
   std::thread helper([&] {
     try {
-      while (!done.load(std::memory_order_acquire)) {
+      do {  // at least once, however short the work
         serve_once();
         std::this_thread::sleep_for(std::chrono::microseconds(200));
-      }
+      } while (!done.load(std::memory_order_acquire));
     } catch (...) {
       helper_failure = std::current_exception();
     }
@@ -638,10 +638,9 @@ void Learner::drain_episodes(std::int64_t expected, runtime::StopCoordinator& st
                                   std::to_string(static_cast<int>(limit_s)) + " s");
     return true;
   });
-  // Generated for steps the run does not take.
   size_t unused = 0;
   for (const auto& [id, episodes] : groups_) unused += episodes.size();
-  telemetry::metrics().set("learner.unused_episodes", static_cast<double>(unused));
+  spdlog::debug("learner {}: {} episodes generated past the last step were not trained on", world_.role_index(), unused);
   groups_.clear();
 }
 
