@@ -40,6 +40,7 @@
 #include "moerl/learner/learner.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
+#include "scripted_turns.h"
 
 // Last: LibTorch's headers bring glog's CHECK, which must not replace Catch's.
 #undef CHECK
@@ -110,34 +111,22 @@ rollout::Trajectory scripted_episode(int group, int sample, int moe_layers) {
   t.episode_id = (t.group_id << 16) | static_cast<std::uint64_t>(sample);
   t.task.family = group % 2 == 0 ? "sort" : "guess";
   t.task.seed = 1000 + static_cast<std::uint64_t>(group);
-  std::uint64_t state = mix64(t.task.seed * 1000003ull + static_cast<std::uint64_t>(sample));
-  auto next = [&state] { return state = mix64(state); };
-  const int turns = 2 + static_cast<int>(next() % 3);
-  for (int turn = 0; turn < turns; ++turn) {
-    const int observed = 6 + static_cast<int>(next() % 12), acted = 5 + static_cast<int>(next() % 16);
-    for (int i = 0; i < observed + acted; ++i) {
-      const bool generated = i >= observed;
-      t.tokens.push_back(static_cast<std::int32_t>(1 + next() % 250));
-      t.generated.push_back(generated ? 1 : 0);
-      t.behaviour_logprobs.push_back(generated ? -5.6f + 0.5f * static_cast<float>(next() % 1000) / 1000.f : 0.f);
-      t.versions.push_back(generated ? 0 : -1);
-    }
-    // Group 0 succeeds alike, group 3 fails alike; in the rest the first turn's
-    // reward grows with the sample by more than the later turns can make up.
+  moerl_test::ScriptedRandom random(t.task.seed * 1000003ull + static_cast<std::uint64_t>(sample));
+  // Group 0 succeeds alike, group 3 fails alike; in the rest the first turn's
+  // reward grows with the sample by more than the later turns can make up.
+  moerl_test::append_scripted_turns(t, random, {6, 12, 5, 16}, /*version=*/0, [&](int turn, moerl_test::ScriptedRandom&) {
     const float varying = turn == 0 ? 0.25f * static_cast<float>(sample) : 0.1f * static_cast<float>((group + turn) % 2);
     const float alike = turn == 0 && group == 0 ? 1.f : 0.f;  // whatever the number of turns
-    const float reward = zero_variance(group) ? alike : varying;
-    t.turn_rewards.push_back(reward);
-    t.reward += reward;
-  }
+    return zero_variance(group) ? alike : varying;
+  });
   // Two distinct experts per fed position and MoE layer.
   t.moe_layers = moe_layers;
   t.top_k = kTopK;
   for (size_t p = 0; p + 1 < t.tokens.size(); ++p)
     for (int layer = 0; layer < moe_layers; ++layer) {
-      const auto first = static_cast<std::uint8_t>(next() % kExperts);
+      const auto first = static_cast<std::uint8_t>(random.below(kExperts));
       t.routing.push_back(first);
-      t.routing.push_back(static_cast<std::uint8_t>((first + 1 + next() % (kExperts - 1)) % kExperts));
+      t.routing.push_back(static_cast<std::uint8_t>((first + 1 + random.below(kExperts - 1)) % kExperts));
     }
   t.success = t.reward > 1.0;
   return t;

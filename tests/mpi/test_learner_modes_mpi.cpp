@@ -41,6 +41,7 @@
 #include "moerl/learner/learner.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
+#include "scripted_turns.h"
 #include "moerl/storage/checksum.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/sync/weight_sync.h"
@@ -108,25 +109,13 @@ rollout::Trajectory scripted_episode(const rollout::TaskGroup& group, int sample
   t.group_id = group.group_id;
   t.actor = 0;
   t.task = group.task;
-  std::uint64_t state = mix64(group.task.seed * 1000003ull + static_cast<std::uint64_t>(sample));
-  auto next = [&state] { return state = mix64(state); };
+  moerl_test::ScriptedRandom random(group.task.seed * 1000003ull + static_cast<std::uint64_t>(sample));
   // The version a synchronous run samples this group with (the step it is for).
   const auto version = static_cast<std::int32_t>(static_cast<std::int64_t>(group.group_id) / kGroupsPerStep);
-  const int turns = 2 + static_cast<int>(next() % 3);
-  for (int turn = 0; turn < turns; ++turn) {
-    const int observed = 12 + static_cast<int>(next() % 20), acted = 8 + static_cast<int>(next() % 24);
-    for (int i = 0; i < observed + acted; ++i) {
-      const bool generated = i >= observed;
-      t.tokens.push_back(static_cast<std::int32_t>(1 + next() % 250));
-      t.generated.push_back(generated ? 1 : 0);
-      t.behaviour_logprobs.push_back(generated ? -5.6f + 0.5f * static_cast<float>(next() % 1000) / 1000.f : 0.f);
-      t.versions.push_back(generated ? version : -1);
-    }
-    // Every third group fails alike: no reward variance, dynamic sampling drops it.
-    const float reward = group.group_id % 3 == 2 ? 0.f : static_cast<float>(next() % 3) / 2.f;
-    t.turn_rewards.push_back(reward);
-    t.reward += reward;
-  }
+  // Every third group fails alike: no reward variance, dynamic sampling drops it.
+  moerl_test::append_scripted_turns(t, random, {12, 20, 8, 24}, version, [&](int, moerl_test::ScriptedRandom& r) {
+    return group.group_id % 3 == 2 ? 0.f : static_cast<float>(r.below(3)) / 2.f;
+  });
   t.success = t.reward > 1.0;
   return t;
 }
