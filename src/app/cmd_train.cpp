@@ -34,6 +34,7 @@ std::optional<config::Config> load_agreed_config(const TrainOptions& options, in
   try {
     loaded = config::load_config_file(options.config_path, overrides);
     config::check_world_size(*loaded, size);
+    config::check_episode_format(*loaded);
   } catch (const config::ConfigError& e) {
     error = e.what();
     loaded.reset();

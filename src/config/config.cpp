@@ -341,6 +341,14 @@ void check_world_size(const Config& config, int world_size) {
   throw ConfigError({config.issue(key, message.str())});
 }
 
+void check_episode_format(const Config& config) {
+  try {
+    model::make_episode_format(config.model, config.chat);
+  } catch (const model::EpisodeFormatError& error) {
+    throw ConfigError({config.issue(error.key(), error.what())});
+  }
+}
+
 std::string to_toml(const Config& config) {
   std::ostringstream out;
   out << "# Resolved moerl configuration";

@@ -65,4 +65,12 @@ PY
 expect_status 2 $? "an end_of_turn the tokenizer lacks"
 expect_contains bad.txt "[chat] end_of_turn" "the error names the key"
 expect_contains bad.txt "$WORK/model/tokenizer.json" "the error names the tokenizer file"
+# Layout "auto" on a model directory without tokenizer.json: `moerl train`
+# refuses it before any work, on every rank, naming the key.
+mkdir notok && cp model/config.json model/*.safetensors* notok/
+timeout 60 "${MPIRUN[@]}" -np 3 "$MOERL" train --config run.toml --set "model.source=\"hf:$WORK/notok\"" >notok.txt 2>&1
+expect_status 2 $? "train with no tokenizer for layout auto"
+expect_contains notok.txt "[chat] layout" "the error names chat.layout"
+expect_contains notok.txt "$WORK/notok has no tokenizer.json" "the error names the directory"
+grep -q "step 1/3" notok.txt && fail "training started without a tokenizer"
 finish

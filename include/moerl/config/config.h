@@ -59,6 +59,11 @@ Config load_config_text(const std::string& text, const std::string& source_name,
 
 // Checks that need the MPI world: the [cluster] rank counts must add up to it.
 void check_world_size(const Config& config, int world_size);
+// What `moerl train` needs beyond a valid file: a layout for its episodes.
+// Layout "auto" on an hf: directory without tokenizer.json loads (`moerl
+// eval --tokens` renders no episode), but RL cannot start with it; throws
+// ConfigError naming chat.layout.
+void check_episode_format(const Config& config);
 
 // The resolved configuration, every key with its value (defaults included),
 // as TOML that load_config_text reads back to an equal Config.
