@@ -28,18 +28,15 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <optional>
-#include <thread>
-
-#include <unistd.h>
 
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/core/hash.h"
 #include "moerl/learner/learner.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
+#include "learner_test_support.h"
 #include "scripted_turns.h"
 
 // Last: LibTorch's headers bring glog's CHECK, which must not replace Catch's.
@@ -134,13 +131,8 @@ rollout::Trajectory scripted_episode(int group, int sample, int moe_layers) {
 
 struct Outcome {
   learner::StepStats stats;
-  std::vector<std::vector<float>> grads, weights;  // per parameter, after the step
+  moerl_test::ParameterValues grads, weights;  // after the step
 };
-
-std::vector<float> flat(const torch::Tensor& x) {
-  const torch::Tensor c = x.detach().contiguous().reshape({-1});
-  return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()};
-}
 
 // One update() of a fresh Learner (initial weights from the run seed).
 // The communicators a Learner is built with (learner 0's side of them).
@@ -160,32 +152,10 @@ Outcome one_update(const config::Config& config, const runtime::World& world, ru
   for (const auto& e : episodes) batch.push_back(&e);
   Outcome outcome;
   outcome.stats = learner.update(batch);
-  for (const auto& p : policy->parameters()) {
-    outcome.grads.push_back(p.grad().defined() ? flat(p.grad()) : std::vector<float>{});
-    outcome.weights.push_back(flat(p));
-  }
+  for (const auto& p : policy->parameters())
+    outcome.grads.push_back(p.grad().defined() ? moerl_test::float_values(p.grad()) : std::vector<float>{});
+  outcome.weights = moerl_test::parameter_values(policy->parameters());
   return outcome;
-}
-
-// Parameters whose values differ in any bit (or in size).
-size_t differing(const std::vector<std::vector<float>>& x, const std::vector<std::vector<float>>& y) {
-  if (x.size() != y.size()) return std::max(x.size(), y.size());
-  size_t count = 0;
-  for (size_t p = 0; p < x.size(); ++p)
-    if (x[p].size() != y[p].size() || std::memcmp(x[p].data(), y[p].data(), x[p].size() * sizeof(float)) != 0) ++count;
-  return count;
-}
-
-// Waits for every rank without spinning (ranks outnumber cores), with a deadline.
-void polite_barrier(MPI_Comm comm) {
-  MPI_Request request;
-  MPI_Ibarrier(comm, &request);
-  const double deadline = runtime::monotonic_seconds() + 180;
-  for (int done = 0; !done;) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (runtime::monotonic_seconds() > deadline) FAIL("a rank did not reach the end of the test within 180 s");
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
 }
 
 void check_same_step(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
@@ -219,15 +189,13 @@ void check_same_step(const config::Config& config, const runtime::World& world, 
   CHECK(a.clip_fraction == b.clip_fraction);
   CHECK(a.entropy == b.entropy);
   CHECK(a.kl == b.kl);
-  CHECK(differing(with_dropped.grads, without.grads) == 0);
-  CHECK(differing(with_dropped.weights, without.weights) == 0);
+  CHECK(moerl_test::differing_parameters(with_dropped.grads, without.grads).empty());
+  CHECK(moerl_test::differing_parameters(with_dropped.weights, without.weights).empty());
 
   // The weights moved: the comparison is of a real step.
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
   model::Policy initial(config.model, config.moe);
-  std::vector<std::vector<float>> initial_weights;
-  for (const auto& p : initial->parameters()) initial_weights.push_back(flat(p));
-  CHECK(differing(initial_weights, without.weights) > 0);
+  CHECK(!moerl_test::differing_parameters(moerl_test::parameter_values(initial->parameters()), without.weights).empty());
 
   // Control: counted in the normalisation, the zero-variance groups change the loss.
   const Outcome counted = one_update(no_dropping, world, mailbox, comms, all);
@@ -242,10 +210,7 @@ TEST_CASE("dynamic sampling: a step on a batch with zero-variance groups equals 
   torch::set_num_threads(1);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  long long pid = static_cast<long long>(getpid());
-  MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  const std::string output_dir =
-      (std::filesystem::temp_directory_path() / ("moerl_dynamic_sampling_" + std::to_string(pid))).string();
+  const std::string output_dir = moerl_test::shared_temp_dir("moerl_dynamic_sampling_");
 
   for (const std::string normalization : {"token", "sequence", "constant"})
     for (const int accumulation : {1, 3}) {
@@ -261,7 +226,7 @@ TEST_CASE("dynamic sampling: a step on a batch with zero-variance groups equals 
         INFO("normalization " << normalization << ", grad_accumulation " << accumulation);
         check_same_step(config, world, mailbox, LearnerComms{learner_comm, *sync_comm}, no_dropping);
       }
-      polite_barrier(MPI_COMM_WORLD);
+      moerl_test::polite_barrier(MPI_COMM_WORLD);
     }
   if (rank == 0) std::filesystem::remove_all(output_dir);
 }

@@ -29,18 +29,16 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <thread>
-
-#include <unistd.h>
 
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/core/hash.h"
 #include "moerl/learner/learner.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
+#include "learner_test_support.h"
 #include "scripted_turns.h"
 #include "moerl/storage/checksum.h"
 #include "moerl/sync/module_weights.h"
@@ -209,22 +207,10 @@ ActorResult scripted_actor(const config::Config& config, const runtime::World& w
 
 struct ModeRun {
   std::vector<learner::StepStats> steps;  // rank 0
-  std::vector<std::vector<float>> weights;  // rank 0: the final parameters
+  moerl_test::ParameterValues weights;  // rank 0: the final parameters
   std::uint32_t initial_crc = 0, final_crc = 0;  // rank 0: of the learner's weights
   ActorResult actor;                      // every rank (broadcast from the actor)
 };
-
-// Waits for every rank without spinning (ranks outnumber cores), with a deadline.
-void polite_barrier(MPI_Comm comm) {
-  MPI_Request request;
-  MPI_Ibarrier(comm, &request);
-  const double deadline = runtime::monotonic_seconds() + 180;
-  for (int done = 0; !done;) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (runtime::monotonic_seconds() > deadline) FAIL("a rank did not reach the end of the run within 180 s");
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
 
 ModeRun run_mode(const std::string& output_dir, bool asynchronous) {
   const config::Config config = modes_config(output_dir, asynchronous);
@@ -242,16 +228,13 @@ ModeRun run_mode(const std::string& output_dir, bool asynchronous) {
     run.initial_crc = weights_crc(*policy);
     learner.run(stop);
     run.final_crc = weights_crc(*policy);
-    for (const auto& p : policy->parameters()) {
-      const torch::Tensor flat = p.detach().contiguous().reshape({-1});
-      run.weights.emplace_back(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
-    }
+    run.weights = moerl_test::parameter_values(policy->parameters());
   } else if (world.role() == runtime::Role::Actor) {
     policy->eval();
     torch::NoGradGuard no_grad;
     run.actor = scripted_actor(config, world, mailbox, policy);
   }
-  polite_barrier(MPI_COMM_WORLD);
+  moerl_test::polite_barrier(MPI_COMM_WORLD);
   // Everyone learns how the actor's side went (rank 1 is the actor).
   std::int64_t numbers[4] = {run.actor.last_version, run.actor.weights_crc, run.actor.groups, run.actor.held_back};
   MPI_Bcast(numbers, 4, MPI_INT64_T, 1, MPI_COMM_WORLD);
@@ -272,9 +255,7 @@ TEST_CASE("synchronous and asynchronous modes produce the same losses and weight
   torch::set_num_threads(1);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  long long pid = static_cast<long long>(getpid());
-  MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  const std::string output_dir = (std::filesystem::temp_directory_path() / ("moerl_modes_" + std::to_string(pid))).string();
+  const std::string output_dir = moerl_test::shared_temp_dir("moerl_modes_");
 
   const ModeRun sync_run = run_mode(output_dir, false);
   const ModeRun async_run = run_mode(output_dir, true);
@@ -319,17 +300,9 @@ TEST_CASE("synchronous and asynchronous modes produce the same losses and weight
   CHECK(sync_run.steps.front().loss != sync_run.steps.back().loss);
   // The weights after the last step, parameter by parameter, byte for byte.
   REQUIRE(sync_run.weights.size() == async_run.weights.size());
-  size_t differing = 0, first_differing = sync_run.weights.size();
-  for (size_t p = 0; p < sync_run.weights.size(); ++p) {
-    const auto& x = sync_run.weights[p];
-    const auto& y = async_run.weights[p];
-    if (x.size() != y.size() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) != 0) {
-      ++differing;
-      first_differing = std::min(first_differing, p);
-    }
-  }
-  INFO("first differing parameter: " << first_differing);
-  CHECK(differing == 0);
+  const std::vector<size_t> differing = moerl_test::differing_parameters(sync_run.weights, async_run.weights);
+  INFO("first differing parameter: " << (differing.empty() ? sync_run.weights.size() : differing.front()));
+  CHECK(differing.empty());
   // The weights moved, and the actor holds exactly what the learner ended with.
   CHECK(sync_run.final_crc != sync_run.initial_crc);
   CHECK(sync_run.initial_crc == async_run.initial_crc);
