@@ -342,6 +342,9 @@ void check_world_size(const Config& config, int world_size) {
 }
 
 void check_episode_format(const Config& config) {
+  // Every other layout fault was found when the file loaded (check_chat);
+  // only "auto" without a tokenizer is left, and it fails before any file is read.
+  if (!model::episode_format_undecided(config.model, config.chat)) return;
   try {
     model::make_episode_format(config.model, config.chat);
   } catch (const model::EpisodeFormatError& error) {
