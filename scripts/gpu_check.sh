@@ -1,65 +1,193 @@
 #!/usr/bin/env bash
-# GPU check of the MoE kernels on a lent GPU machine (pip torch 2.x with CUDA,
-# CUDA toolkit installed). Configures a separate build directory against the
-# pip LibTorch, builds the CUDA kernel tests and moerl, then runs:
-#   1. moerl_gpu_tests --bench : every CUDA kernel vs its CPU twin at odd sizes,
-#      then dispatch+combine GB/s vs a device-to-device cudaMemcpy and grouped
-#      GEMM GFLOP/s
-#   2. moerl_torch_tests "[moe]" : the LibTorch operators and layer, including
-#      the CUDA-vs-reference layer test (it runs only when torch sees a GPU)
-# and prints a short summary table. Usage:
-#   scripts/gpu_check.sh [BUILD_DIR]     (default: build-gpu; JOBS=N to override -j)
-set -euo pipefail
+# GPU check of moerl's MoE kernels and operators on a lent GPU machine: pip
+# torch 2.x with CUDA, nvcc, CMake, ninja and g++, but none of MPI, HDF5,
+# spdlog, CLI11, toml++, PCRE2, ICU, BLAS or Catch2, and no network. It
+# configures only what the check needs (-DMOERL_GPU_CHECK_ONLY=ON) against the
+# pip LibTorch, then:
+#   1. builds and runs `moerl_gpu_tests --bench`: every CUDA kernel against its
+#      CPU twin at odd sizes, then dispatch+combine GB/s against a device-to-
+#      device cudaMemcpy and grouped GEMM GFLOP/s. It needs only CUDA and C++
+#      and is built first, so that a LibTorch problem cannot hide its results
+#      (if LibTorch cannot even be configured, it is built without LibTorch);
+#   2. builds and runs moerl_moe_tests (tests/torch/test_moe_ops.cpp): the
+#      LibTorch MoE operators and layer, including the layer on CUDA against the
+#      reference and the CPU (that case runs only where torch sees a GPU);
+# and prints a short summary table. Exit status 0 only when everything passed.
+#
+# Device invocation, from the repository root:
+#   here, once (needs apt and network):  scripts/gpu_deps.sh
+#       unpacks Catch2 v2 into .gpu-deps/ (ignored by git, about 2.5 MB)
+#   device run:  command "scripts/gpu_check.sh", carry [".gpu-deps"], timeout_s 560
+# The script keeps itself within GPU_CHECK_BUDGET_S (default 520 s) and then
+# prints the summary. Logs go to $OUT/gpu_check/ when $OUT is set (they come
+# back from the device), else to BUILD_DIR/gpu_check_logs.
+#
+# Usage: scripts/gpu_check.sh [BUILD_DIR]     (default: build-gpu)
+# Environment: JOBS (default: nproc); TORCH_PREFIX, a CMake prefix that holds
+# Torch/TorchConfig.cmake (default: python3's torch.utils.cmake_prefix_path);
+# MOERL_CMAKE_ARGS, extra configure arguments (e.g. to simulate a bare machine).
+set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build-gpu}"
 JOBS="${JOBS:-$(nproc)}"
-LOG="$BUILD/gpu_check_logs"
+BUDGET="${GPU_CHECK_BUDGET_S:-520}"
+DEPS="$ROOT/.gpu-deps/usr"
+if [[ -n "${OUT:-}" ]]; then LOG="$OUT/gpu_check"; else LOG="$BUILD/gpu_check_logs"; fi
+mkdir -p "$BUILD" "$LOG"
+SUMMARY="$LOG/summary.txt"
+: >"$SUMMARY"
 
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version \
-  --format=csv,noheader || echo "warning: nvidia-smi not found"
+# Seconds left of the budget, kept above zero so `timeout` always gets a limit.
+left() { local s=$((BUDGET - SECONDS)); echo $((s > 5 ? s : 5)); }
+status() {
+  case "$1" in
+    0) echo pass ;;
+    77) echo "skipped (no CUDA device)" ;;
+    124) echo "TIMEOUT (budget ${BUDGET} s)" ;;
+    *) echo "FAIL($1)" ;;
+  esac
+}
+row() { printf '%-38s %s\n' "$1" "$2" | tee -a "$SUMMARY"; }
+# step LOGFILE CMD...: runs CMD within the budget, output to LOGFILE; sets rc and secs.
+step() {
+  local logfile="$1" t0=$SECONDS
+  shift
+  timeout "$(left)" "$@" >"$logfile" 2>&1
+  rc=$?
+  secs=$((SECONDS - t0))
+}
 
-TORCH_PREFIX="$(python3 -c 'import torch;print(torch.utils.cmake_prefix_path)')"
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
-  "available", torch.cuda.is_available())'
-
-# nvcc is often not on PATH on these machines; MoerlCuda also looks in /usr/local/cuda.
-CUDA_ARGS=()
+echo "moerl GPU check: $(date -u '+%F %T UTC'), build dir $BUILD, logs $LOG"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+else
+  echo "warning: nvidia-smi not found"
+fi
+# nvcc is often not on PATH on these machines; torch's CMake files look for it too.
 if ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  CUDA_ARGS+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+command -v nvcc >/dev/null && nvcc --version | tail -n 2 | head -n 1
+
+if [[ -z "${TORCH_PREFIX:-}" ]]; then
+  TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)" ||
+    TORCH_PREFIX=""
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+    "available", torch.cuda.is_available())' 2>/dev/null || echo "warning: python3 has no torch"
+fi
+echo "LibTorch CMake prefix: ${TORCH_PREFIX:-none}"
+# Torch's CMake files add -gencode flags for TORCH_CUDA_ARCH_LIST or, unset,
+# for a detected GPU; name the H200's architecture so both agree with ours.
+export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+
+PREFIX_PATH="$TORCH_PREFIX"
+if [[ -f "$DEPS/lib/cmake/Catch2/Catch2Config.cmake" ]]; then
+  PREFIX_PATH="${PREFIX_PATH:+$PREFIX_PATH;}$DEPS"
+fi
+# configure_args DIR: the GPU-check-only configuration of moerl into DIR, as
+# the array CONF (`timeout` runs programs, not shell functions).
+configure_args() {
+  CONF=(cmake -S "$ROOT" -B "$1")
+  if [[ ! -f "$1/CMakeCache.txt" ]] && command -v ninja >/dev/null; then CONF+=(-G Ninja); fi
+  CONF+=(-DCMAKE_BUILD_TYPE=Release -DMOERL_GPU_CHECK_ONLY=ON -DMOERL_CUDA=ON
+         -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX_PATH")
+  # shellcheck disable=SC2206  # MOERL_CMAKE_ARGS is a list of arguments
+  CONF+=(${MOERL_CMAKE_ARGS:-})
+}
+
+configure_args "$BUILD"
+step "$LOG/configure.txt" "${CONF[@]}"
+conf_rc=$rc conf_secs=$secs
+KBUILD="$BUILD"
+if [[ $conf_rc -ne 0 ]]; then
+  echo "FAILED: configure (log $LOG/configure.txt):"
+  tail -n 25 "$LOG/configure.txt"
+  echo "configuring the CUDA kernel tests alone, without LibTorch and Catch2"
+  KBUILD="$BUILD-kernels"
+  configure_args "$KBUILD"
+  step "$LOG/configure_kernels.txt" "${CONF[@]}" -DCMAKE_DISABLE_FIND_PACKAGE_Torch=ON \
+    -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON
+  kconf_rc=$rc
+  if [[ $kconf_rc -ne 0 ]]; then
+    echo "FAILED: configure without LibTorch too (log $LOG/configure_kernels.txt):"
+    tail -n 25 "$LOG/configure_kernels.txt"
+  fi
+else
+  kconf_rc=0
+fi
+moe_configured=0
+if [[ $conf_rc -eq 0 ]] && ! grep -q "moerl_moe_tests needs" "$LOG/configure.txt"; then
+  moe_configured=1
 fi
 
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DMOERL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  "${CUDA_ARGS[@]}"
-mkdir -p "$LOG"
-# The kernel tests need only the CUDA kernels: build them first, so that a
-# problem elsewhere (the LibTorch side against torch 2.x) cannot hide them.
-cmake --build "$BUILD" -j "$JOBS" --target moerl_gpu_tests
-
-status() { if [[ $1 -eq 0 ]]; then echo pass; elif [[ $1 -eq 77 ]]; then echo skipped; else echo "FAIL($1)"; fi; }
-
-set +e
-"$BUILD/tests/gpu/moerl_gpu_tests" --bench 2>&1 | tee "$LOG/gpu_tests.txt"
-gpu_rc=${PIPESTATUS[0]}
-cmake --build "$BUILD" -j "$JOBS" --target moerl_torch_tests moerl 2>&1 | tee "$LOG/build_torch.txt" | tail -n 30
-build_rc=${PIPESTATUS[0]}
-torch_rc=99
-if [[ $build_rc -eq 0 ]]; then
-  OMP_NUM_THREADS=8 "$BUILD/tests/moerl_torch_tests" "[moe]" 2>&1 | tee "$LOG/torch_moe_tests.txt"
-  torch_rc=${PIPESTATUS[0]}
+# 1. CUDA kernels against their CPU twins, then the kernel benchmark.
+kbuild_rc=99 gpu_rc=99 kbuild_secs=0 gpu_secs=0
+if [[ $kconf_rc -eq 0 ]]; then
+  echo "building moerl_gpu_tests"
+  step "$LOG/build_gpu_tests.txt" cmake --build "$KBUILD" -j "$JOBS" --target moerl_gpu_tests
+  kbuild_rc=$rc kbuild_secs=$secs
+  if [[ $kbuild_rc -ne 0 ]]; then
+    echo "FAILED: build of moerl_gpu_tests (log $LOG/build_gpu_tests.txt):"
+    tail -n 30 "$LOG/build_gpu_tests.txt"
+  else
+    echo "running moerl_gpu_tests --bench"
+    step "$LOG/gpu_tests.txt" "$KBUILD/tests/gpu/moerl_gpu_tests" --bench
+    gpu_rc=$rc gpu_secs=$secs
+    cat "$LOG/gpu_tests.txt"
+    [[ $gpu_rc -eq 0 ]] || echo "FAILED: moerl_gpu_tests: $(status "$gpu_rc")"
+  fi
 fi
-set -e
+
+# 2. The LibTorch MoE operator and layer tests, CUDA cases included.
+mbuild_rc=99 moe_rc=99 mbuild_secs=0 moe_secs=0
+if [[ $moe_configured -eq 1 ]]; then
+  echo "building moerl_moe_tests"
+  step "$LOG/build_moe_tests.txt" cmake --build "$BUILD" -j "$JOBS" --target moerl_moe_tests
+  mbuild_rc=$rc mbuild_secs=$secs
+  if [[ $mbuild_rc -ne 0 ]]; then
+    echo "FAILED: build of moerl_moe_tests (log $LOG/build_moe_tests.txt):"
+    grep -m 20 -E 'error|Error' "$LOG/build_moe_tests.txt"
+    tail -n 15 "$LOG/build_moe_tests.txt"
+  else
+    echo "running moerl_moe_tests"
+    step "$LOG/moe_tests.txt" env OMP_NUM_THREADS=8 "$BUILD/tests/moerl_moe_tests" --durations yes
+    moe_rc=$rc moe_secs=$secs
+    tail -n 40 "$LOG/moe_tests.txt"
+    [[ $moe_rc -eq 0 ]] || echo "FAILED: moerl_moe_tests: $(status "$moe_rc")"
+  fi
+elif [[ $conf_rc -eq 0 ]]; then
+  echo "FAILED: moerl_moe_tests not configured: it needs LibTorch and Catch2 v2 (run" \
+       "scripts/gpu_deps.sh where apt works and carry .gpu-deps); see $LOG/configure.txt"
+fi
 
 echo
-echo "==================== moerl GPU check ===================="
-printf '%-34s %s\n' "CUDA kernels vs CPU twins" "$(status "$gpu_rc")"
-printf '%-34s %s\n' "build moerl + torch tests (torch 2.x)" "$(status "$build_rc")"
-printf '%-34s %s\n' "LibTorch MoE tests ([moe])" "$([[ $build_rc -eq 0 ]] && status "$torch_rc" || echo "not built")"
-grep -q "cuda layer checked" "$LOG/torch_moe_tests.txt" 2>/dev/null &&
-  printf '%-34s %s\n' "layer on CUDA vs reference" "ran" ||
-  printf '%-34s %s\n' "layer on CUDA vs reference" "not run (torch sees no GPU?)"
-echo "--- kernel benchmark (dispatch+combine vs cudaMemcpy D2D) ---"
-sed -n '/^tokens /,$p' "$LOG/gpu_tests.txt"
-echo "logs: $LOG"
-[[ $gpu_rc -eq 0 && $torch_rc -eq 0 ]]
+echo "==================== moerl GPU check ====================" | tee -a "$SUMMARY"
+row "configure (GPU-check-only)" "$(status "$conf_rc") (${conf_secs} s)"
+row "build CUDA kernel tests" "$([[ $kconf_rc -eq 0 ]] && echo "$(status "$kbuild_rc") (${kbuild_secs} s)" || echo "not configured")"
+row "CUDA kernels vs CPU twins (+bench)" "$([[ $kbuild_rc -eq 0 ]] && echo "$(status "$gpu_rc") (${gpu_secs} s)" || echo "not built")"
+row "build MoE LibTorch tests" "$([[ $moe_configured -eq 1 ]] && echo "$(status "$mbuild_rc") (${mbuild_secs} s)" || echo "not configured")"
+row "LibTorch MoE tests (moerl_moe_tests)" "$([[ $mbuild_rc -eq 0 ]] && echo "$(status "$moe_rc") (${moe_secs} s)" || echo "not built")"
+if grep -q "cuda layer checked" "$LOG/moe_tests.txt" 2>/dev/null; then
+  row "layer on CUDA vs reference" "ran"
+else
+  row "layer on CUDA vs reference" "not run (torch sees no GPU?)"
+fi
+if [[ -f "$LOG/gpu_tests.txt" ]] && grep -q '^tokens ' "$LOG/gpu_tests.txt"; then
+  echo "--- kernel benchmark (dispatch+combine vs cudaMemcpy D2D) ---" | tee -a "$SUMMARY"
+  sed -n '/^tokens /,$p' "$LOG/gpu_tests.txt" | tee -a "$SUMMARY"
+fi
+echo "total ${SECONDS} s; logs: $LOG" | tee -a "$SUMMARY"
+
+problems=()
+[[ $conf_rc -eq 0 ]] || problems+=("configure")
+[[ $gpu_rc -eq 0 ]] || problems+=("CUDA kernel tests: $(
+  [[ $kbuild_rc -eq 0 ]] && status "$gpu_rc" || echo "not built")")
+[[ $moe_rc -eq 0 ]] || problems+=("MoE LibTorch tests: $(
+  [[ $mbuild_rc -eq 0 ]] && status "$moe_rc" || echo "not built")")
+if [[ ${#problems[@]} -eq 0 ]]; then
+  echo "GPU CHECK PASSED" | tee -a "$SUMMARY"
+else
+  (IFS=';'; echo "GPU CHECK FAILED: ${problems[*]}") | tee -a "$SUMMARY"
+  exit 1
+fi

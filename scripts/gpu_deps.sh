@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Fetches, on a machine with network and apt, what scripts/gpu_check.sh needs
+# but a bare GPU machine lacks: Catch2 v2 (header-only, Debian's `catch2`
+# package) for the MoE LibTorch tests. It is unpacked into .gpu-deps/ (ignored
+# by git, about 2.5 MB), which the device run carries: carry [".gpu-deps"].
+# Usage: scripts/gpu_deps.sh
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEST="$ROOT/.gpu-deps"
+TMP="$(mktemp -d)"
+trap 'rm -rf "$TMP"' EXIT
+chmod 777 "$TMP"   # apt downloads as the _apt user where it can
+
+(cd "$TMP" && apt-get download catch2)
+deb="$(ls "$TMP"/catch2_*.deb)"
+version="$(dpkg-deb -f "$deb" Version)"
+# tests/ use Catch2 v2's single header <catch2/catch.hpp>; v3 has none.
+if [[ "$version" != 2.* ]]; then
+  echo "gpu_deps: apt offers catch2 $version; the tests need Catch2 v2" >&2
+  exit 1
+fi
+
+rm -rf "$DEST"
+mkdir -p "$DEST"
+dpkg -x "$deb" "$DEST"
+rm -rf "$DEST/usr/share/doc"
+# gpu_check.sh points CMAKE_PREFIX_PATH at $DEST/usr, where CMake finds these.
+test -f "$DEST/usr/lib/cmake/Catch2/Catch2Config.cmake"
+test -f "$DEST/usr/include/catch2/catch.hpp"
+echo "gpu_deps: catch2 $version in $DEST ($(du -sh "$DEST" | cut -f1)); carry \".gpu-deps\""
