@@ -123,8 +123,10 @@ else
   kconf_rc=0
 fi
 moe_configured=0
-if [[ $conf_rc -eq 0 ]] && ! grep -q "moerl_moe_tests needs" "$LOG/configure.txt"; then
-  moe_configured=1
+if [[ $conf_rc -eq 0 ]]; then
+  # Whole output first: grep -q would close the pipe early (SIGPIPE under pipefail).
+  targets="$(cmake --build "$BUILD" --target help 2>/dev/null)"
+  grep -q moerl_moe_tests <<<"$targets" && moe_configured=1
 fi
 
 # 1. CUDA kernels against their CPU twins, then the kernel benchmark.
@@ -195,6 +197,8 @@ problems=()
 if [[ ${#problems[@]} -eq 0 ]]; then
   echo "GPU CHECK PASSED" | tee -a "$SUMMARY"
 else
-  (IFS=';'; echo "GPU CHECK FAILED: ${problems[*]}") | tee -a "$SUMMARY"
+  joined="${problems[0]}"
+  for p in "${problems[@]:1}"; do joined+="; $p"; done
+  echo "GPU CHECK FAILED: $joined" | tee -a "$SUMMARY"
   exit 1
 fi
