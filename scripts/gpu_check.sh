@@ -49,7 +49,7 @@ status() {
   case "$1" in
     0) echo pass ;;
     77) echo "skipped (no CUDA device)" ;;
-    124) echo "TIMEOUT (budget ${BUDGET} s)" ;;
+    124) echo "TIMEOUT" ;;
     *) echo "FAIL($1)" ;;
   esac
 }
