@@ -27,12 +27,15 @@ constexpr const char* kLearnerRngPrefix = "rng/learner";
 constexpr const char* kActorRngScheme = "rng.actors";
 
 // The optimizer's per-parameter state key: a string in LibTorch 1.x, the
-// TensorImpl pointer in 2.x.
+// TensorImpl pointer in 2.x. The 1.x string is the pointer streamed to an
+// ostream (what 1.x's c10::guts::to_string did; 2.x removed that helper).
 template <typename Map>
 typename Map::key_type state_key(const Map&, const torch::Tensor& p) {
   using Key = typename Map::key_type;
   if constexpr (std::is_same_v<Key, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    std::ostringstream key;
+    key << p.unsafeGetTensorImpl();
+    return key.str();
   } else {
     return static_cast<Key>(p.unsafeGetTensorImpl());
   }
