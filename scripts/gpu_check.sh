@@ -26,6 +26,11 @@
 # Environment: JOBS (default: nproc); TORCH_PREFIX, a CMake prefix that holds
 # Torch/TorchConfig.cmake (default: python3's torch.utils.cmake_prefix_path);
 # MOERL_CMAKE_ARGS, extra configure arguments (e.g. to simulate a bare machine).
+# If linking moerl_moe_tests fails with undefined nccl* symbols in
+# libtorch_cuda.so, ld found an older libnccl.so.2 on the link's rpath (here
+# /usr/local/cuda/lib holds NCCL 2.28.9; torch 2.15 needs 2.30) before the wheel's:
+# MOERL_CMAKE_ARGS="-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$(python3 -c
+# 'import nvidia;print(nvidia.__path__[0])')/nccl/lib" (no LD_LIBRARY_PATH needed).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
