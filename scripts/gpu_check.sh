@@ -26,11 +26,6 @@
 # Environment: JOBS (default: nproc); TORCH_PREFIX, a CMake prefix that holds
 # Torch/TorchConfig.cmake (default: python3's torch.utils.cmake_prefix_path);
 # MOERL_CMAKE_ARGS, extra configure arguments (e.g. to simulate a bare machine).
-# If linking moerl_moe_tests fails with undefined nccl* symbols in
-# libtorch_cuda.so, ld found an older libnccl.so.2 on the link's rpath (here
-# /usr/local/cuda/lib holds NCCL 2.28.9; torch 2.15 needs 2.30) before the wheel's:
-# MOERL_CMAKE_ARGS="-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,$(python3 -c
-# 'import nvidia;print(nvidia.__path__[0])')/nccl/lib" (no LD_LIBRARY_PATH needed).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -92,6 +87,18 @@ echo "LibTorch CMake prefix: ${TORCH_PREFIX:-none}"
 # for a detected GPU; name the H200's architecture so both agree with ours.
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 
+# pip torch's libraries need the CUDA libraries of the nvidia-* wheels. The
+# linker must find those before any other copy on an rpath: linking against
+# pip torch 2.15 here picked /usr/local/cuda/lib's NCCL 2.28.9 over the wheel's
+# 2.30 and failed on undefined nccl* symbols in libtorch_cuda.so.
+LINK_ARGS=()
+NVIDIA_LIBS="$(python3 -c 'import glob, os, nvidia
+print(":".join(sorted(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib")))))' 2>/dev/null)"
+if [[ -n "$NVIDIA_LIBS" ]]; then
+  LINK_ARGS+=(-DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$NVIDIA_LIBS")
+  echo "link: pip CUDA libraries first ($NVIDIA_LIBS)"
+fi
+
 PREFIX_PATH="$TORCH_PREFIX"
 if [[ -f "$DEPS/lib/cmake/Catch2/Catch2Config.cmake" ]]; then
   PREFIX_PATH="${PREFIX_PATH:+$PREFIX_PATH;}$DEPS"
@@ -102,7 +109,7 @@ configure_args() {
   CONF=(cmake -S "$ROOT" -B "$1")
   if [[ ! -f "$1/CMakeCache.txt" ]] && command -v ninja >/dev/null; then CONF+=(-G Ninja); fi
   CONF+=(-DCMAKE_BUILD_TYPE=Release -DMOERL_GPU_CHECK_ONLY=ON -DMOERL_CUDA=ON
-         -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX_PATH")
+         -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX_PATH" "${LINK_ARGS[@]}")
   # shellcheck disable=SC2206  # MOERL_CMAKE_ARGS is a list of arguments
   CONF+=(${MOERL_CMAKE_ARGS:-})
 }
