@@ -6,36 +6,18 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <vector>
 
+#include "moe_layer_timing.h"
 #include "moerl/bench/registry.h"
+#include "moerl/bench/timing.h"
 #include "moerl/moe/moe_layer.h"
 #include "moerl/moe/moe_ops.h"
 #include "moerl_kernels/moe.h"
 
 namespace moerl::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-template <typename Fn>
-double median_seconds(Fn&& fn, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> s;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    fn();
-    s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  std::sort(s.begin(), s.end());
-  return s[s.size() / 2];
-}
-
-struct LayerShape {
-  std::int64_t experts, top_k, shared;
-};
 
 // Restores the thread count when a case ends.
 struct ThreadScope {
@@ -86,45 +68,30 @@ double expert_compute_seconds(moe::MoeFeedForwardImpl& layer, const torch::Tenso
   }, warmup, reps);
 }
 
-BenchCase layer_case(const LayerShape& shape, std::int64_t hidden, std::int64_t tokens,
+BenchCase layer_case(const MoeLayerShape& shape, std::int64_t hidden, std::int64_t tokens,
                      int threads, int warmup, int reps) {
   ThreadScope scope(threads);
-  config::ModelSection model;
-  model.d_model = hidden;
-  model.num_layers = 4;
-  config::MoeSection moe;
-  moe.num_experts = shape.experts;
-  moe.top_k = shape.top_k;
-  moe.shared_experts = shape.shared;
-  // Coarse experts for E=8 (Mixtral-like), fine-grained for E=64 (Qwen/DeepSeek-like).
-  moe.d_expert = shape.experts <= 8 ? hidden : std::max<std::int64_t>(hidden / 4, 32);
-  torch::manual_seed(1);
-  moe::MoeFeedForward layer(model, moe);
-  auto x = torch::randn({tokens, hidden}).set_requires_grad(true);
-  auto proj = torch::randn({tokens, hidden});
-
-  auto step = [&](bool reference) {
-    layer->zero_grad();
-    auto out = reference ? moe::reference_moe_forward(*layer, x) : layer->forward(x);
-    ((out.hidden * proj).sum() + out.aux_loss).backward();
-  };
-  const double ours = median_seconds([&] { step(false); }, warmup, reps);
-  const double ref = median_seconds([&] { step(true); }, warmup, reps);
+  auto layer = make_bench_layer(shape, hidden);
+  auto x = bench_input(tokens, hidden, torch::kCPU);
+  const MoeLayerTiming t = time_moe_layer(*layer, x, warmup, reps);
   const double experts_only = expert_compute_seconds(*layer, x.detach(), warmup, reps);
 
   BenchCase c;
   c.name = "layer_fwd_bwd";
-  c.params = {{"experts", shape.experts},   {"top_k", shape.top_k},
-              {"shared", shape.shared},     {"hidden", hidden},
-              {"d_expert", moe.d_expert},   {"tokens", tokens},
+  c.params = {{"experts", shape.experts},
+              {"top_k", shape.top_k},
+              {"shared", shape.shared},
+              {"hidden", hidden},
+              {"d_expert", layer->moe_config().d_expert},
+              {"tokens", tokens},
               {"threads", std::int64_t{threads}}};
   // expert_ms: the expert products alone (see expert_compute_seconds);
   // ratio_bound = reference ms / expert_ms, the most any implementation gets.
-  c.metrics = {{"tokens_per_s", tokens / ours},
-               {"ms", ours * 1e3},
+  c.metrics = {{"tokens_per_s", tokens / t.ours_s},
+               {"ms", t.ours_s * 1e3},
                {"expert_ms", experts_only * 1e3},
-               {"ratio_bound", ref / experts_only}};
-  c.baseline = {{"tokens_per_s", tokens / ref}, {"ms", ref * 1e3}};
+               {"ratio_bound", t.reference_s / experts_only}};
+  c.baseline = {{"tokens_per_s", tokens / t.reference_s}, {"ms", t.reference_s * 1e3}};
   c.ratio_metric = "tokens_per_s";
   return c;
 }
@@ -190,15 +157,20 @@ BenchReport run_moe_bench(const BenchOptions& options) {
   report.bench = "moe";
   std::vector<int> thread_counts =
       options.threads > 0 ? std::vector<int>{options.threads} : std::vector<int>{1, 2};
-  const std::vector<LayerShape> shapes = {{8, 2, 0}, {64, 8, 0}, {64, 6, 2}};
+  const std::vector<MoeLayerShape> shapes = {{8, 2, 0}, {64, 8, 0}, {64, 6, 2}};
   const std::vector<std::int64_t> hiddens =
       options.quick ? std::vector<std::int64_t>{96} : std::vector<std::int64_t>{256, 512, 1024};
-  const std::int64_t tokens = options.quick ? 64 : 1024;
+  // 1024 tokens: a learner micro-batch, where the expert GEMMs dominate; 128:
+  // a small step (a decode batch's size), where per-expert overheads do.
+  const std::vector<std::int64_t> token_counts =
+      options.quick ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{128, 1024};
   const int warmup = 1, reps = options.quick ? 1 : 5;  // one warm-up even when quick: first calls allocate
   for (int threads : thread_counts) {
-    for (const auto& shape : shapes) {
-      for (std::int64_t hidden : hiddens) {
-        report.cases.push_back(layer_case(shape, hidden, tokens, threads, warmup, reps));
+    for (std::int64_t tokens : token_counts) {
+      for (const auto& shape : shapes) {
+        for (std::int64_t hidden : hiddens) {
+          report.cases.push_back(layer_case(shape, hidden, tokens, threads, warmup, reps));
+        }
       }
     }
     report.cases.push_back(dispatch_combine_case(options.quick ? 256 : 4096,

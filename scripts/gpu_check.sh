@@ -12,6 +12,9 @@
 #   2. builds and runs moerl_moe_tests (tests/torch/test_moe_ops.cpp): the
 #      LibTorch MoE operators and layer, including the layer on CUDA against the
 #      reference and the CPU (that case runs only where torch sees a GPU);
+#   3. builds and runs moerl_moe_gpu_bench: the MoE layer's forward+backward
+#      on CUDA, our operators against the per-expert-loop reference, at the
+#      shapes of `moerl bench moe` (issue #3's goal: at least 3x at E=64);
 # and prints a short summary table. Exit status 0 only when everything passed.
 #
 # Device invocation, from the repository root:
@@ -182,6 +185,24 @@ elif [[ $conf_rc -eq 0 ]]; then
        "scripts/gpu_deps.sh where apt works and carry .gpu-deps); see $LOG/configure.txt"
 fi
 
+# 3. The MoE layer on CUDA against the per-expert-loop reference.
+bbuild_rc=99 bench_rc=99 bbuild_secs=0 bench_secs=0
+if [[ $moe_configured -eq 1 && $mbuild_rc -eq 0 ]]; then
+  echo "building moerl_moe_gpu_bench"
+  step "$LOG/build_moe_bench.txt" cmake --build "$BUILD" -j "$JOBS" --target moerl_moe_gpu_bench
+  bbuild_rc=$rc bbuild_secs=$secs
+  if [[ $bbuild_rc -ne 0 ]]; then
+    echo "FAILED: build of moerl_moe_gpu_bench (log $LOG/build_moe_bench.txt):"
+    tail -n 30 "$LOG/build_moe_bench.txt"
+  else
+    echo "running moerl_moe_gpu_bench"
+    STEP_CAP=180 step "$LOG/moe_bench.txt" "$BUILD/benchmarks/moerl_moe_gpu_bench"
+    bench_rc=$rc bench_secs=$secs
+    cat "$LOG/moe_bench.txt"
+    [[ $bench_rc -eq 0 ]] || echo "FAILED: moerl_moe_gpu_bench: $(status "$bench_rc")"
+  fi
+fi
+
 echo
 echo "==================== moerl GPU check ====================" | tee -a "$SUMMARY"
 row "configure (GPU-check-only)" "$(status "$conf_rc") (${conf_secs} s)"
@@ -189,6 +210,8 @@ row "build CUDA kernel tests" "$([[ $kconf_rc -eq 0 ]] && echo "$(status "$kbuil
 row "CUDA kernels vs CPU twins (+bench)" "$([[ $kbuild_rc -eq 0 ]] && echo "$(status "$gpu_rc") (${gpu_secs} s)" || echo "not built")"
 row "build MoE LibTorch tests" "$([[ $moe_configured -eq 1 ]] && echo "$(status "$mbuild_rc") (${mbuild_secs} s)" || echo "not configured")"
 row "LibTorch MoE tests (moerl_moe_tests)" "$([[ $mbuild_rc -eq 0 ]] && echo "$(status "$moe_rc") (${moe_secs} s)" || echo "not built")"
+row "build MoE layer GPU benchmark" "$([[ $mbuild_rc -eq 0 ]] && echo "$(status "$bbuild_rc") (${bbuild_secs} s)" || echo "not built")"
+row "MoE layer on CUDA vs reference (bench)" "$([[ $bbuild_rc -eq 0 ]] && echo "$(status "$bench_rc") (${bench_secs} s)" || echo "not built")"
 if grep -q "cuda layer checked" "$LOG/moe_tests.txt" 2>/dev/null; then
   row "layer on CUDA vs reference" "ran"
 else
@@ -198,6 +221,10 @@ if [[ -f "$LOG/gpu_tests.txt" ]] && grep -q '^tokens ' "$LOG/gpu_tests.txt"; the
   echo "--- kernel benchmark (dispatch+combine vs cudaMemcpy D2D) ---" | tee -a "$SUMMARY"
   sed -n '/^tokens /,$p' "$LOG/gpu_tests.txt" | tee -a "$SUMMARY"
 fi
+if [[ -f "$LOG/moe_bench.txt" ]] && grep -q '^layer ' "$LOG/moe_bench.txt"; then
+  echo "--- MoE layer fwd+bwd on CUDA (ratio = reference ms / ours ms) ---" | tee -a "$SUMMARY"
+  sed -n '/^layer /,$p' "$LOG/moe_bench.txt" | tee -a "$SUMMARY"
+fi
 echo "total ${SECONDS} s; logs: $LOG" | tee -a "$SUMMARY"
 
 problems=()
@@ -206,6 +233,8 @@ problems=()
   [[ $kbuild_rc -eq 0 ]] && status "$gpu_rc" || echo "not built")")
 [[ $moe_rc -eq 0 ]] || problems+=("MoE LibTorch tests: $(
   [[ $mbuild_rc -eq 0 ]] && status "$moe_rc" || echo "not built")")
+[[ $bench_rc -eq 0 ]] || problems+=("MoE layer GPU benchmark: $(
+  [[ $bbuild_rc -eq 0 ]] && status "$bench_rc" || echo "not built")")
 if [[ ${#problems[@]} -eq 0 ]]; then
   echo "GPU CHECK PASSED" | tee -a "$SUMMARY"
 else

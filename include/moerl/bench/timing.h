@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 namespace moerl::bench {
 
@@ -17,6 +18,21 @@ double best_seconds(int repetitions, F&& body) {
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return best;
+}
+
+// The median of `reps` runs of fn() after `warmup` untimed ones, in seconds:
+// for work whose first calls allocate and whose timings are noisy both ways.
+template <typename F>
+double median_seconds(F&& fn, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> seconds;
+  for (int i = 0; i < reps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds.empty() ? 0.0 : seconds[seconds.size() / 2];
 }
 
 }  // namespace moerl::bench
