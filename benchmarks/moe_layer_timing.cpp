@@ -31,7 +31,10 @@ MoeLayerTiming time_moe_layer(moe::MoeFeedForwardImpl& layer, const torch::Tenso
   const torch::Device device = x.device();
   auto proj = torch::randn(x.sizes()).to(device);
   auto step = [&](bool reference) {
-    layer.zero_grad();
+    // Gradients reset to none, as PyTorch 2.x's zero_grad does by default:
+    // backward then hands each parameter its new gradient instead of adding it
+    // to a zeroed one (for both paths alike).
+    layer.zero_grad(/*set_to_none=*/true);
     auto out = reference ? moe::reference_moe_forward(layer, x) : layer.forward(x);
     ((out.hidden * proj).sum() + out.aux_loss).backward();
     // CUDA kernels run asynchronously: a step ends when its kernels do.
