@@ -144,42 +144,44 @@ if [[ $conf_rc -eq 0 ]]; then
   grep -q moerl_moe_tests <<<"$targets" && moe_configured=1
 fi
 
-# 1. CUDA kernels against their CPU twins, then the kernel benchmark.
+# build_and_run KEY DIR TARGET CAP PROGRAM [ARGS...]: builds TARGET in DIR,
+# then runs PROGRAM (at most CAP seconds; empty: what is left of the budget).
+# Logs: $LOG/build_KEY.txt and $LOG/KEY.txt. Sets build_rc, build_secs,
+# run_rc and run_secs (99 and 0 for what did not happen).
+build_and_run() {
+  local key=$1 dir=$2 target=$3 cap=$4
+  shift 4
+  run_rc=99 run_secs=0
+  echo "building $target"
+  step "$LOG/build_$key.txt" cmake --build "$dir" -j "$JOBS" --target "$target"
+  build_rc=$rc build_secs=$secs
+  if [[ $build_rc -ne 0 ]]; then
+    echo "FAILED: build of $target (log $LOG/build_$key.txt):"
+    grep -m 20 -E 'error|Error' "$LOG/build_$key.txt"
+    tail -n 15 "$LOG/build_$key.txt"
+    return
+  fi
+  echo "running $target"
+  STEP_CAP=$cap step "$LOG/$key.txt" "$@"
+  run_rc=$rc run_secs=$secs
+  tail -n 60 "$LOG/$key.txt"
+  [[ $run_rc -eq 0 ]] || echo "FAILED: $target: $(status "$run_rc")"
+}
+
+# 1. CUDA kernels against their CPU twins, then the kernel benchmark; capped
+# so that a hang leaves time for the rest.
 kbuild_rc=99 gpu_rc=99 kbuild_secs=0 gpu_secs=0
 if [[ $kconf_rc -eq 0 ]]; then
-  echo "building moerl_gpu_tests"
-  step "$LOG/build_gpu_tests.txt" cmake --build "$KBUILD" -j "$JOBS" --target moerl_gpu_tests
-  kbuild_rc=$rc kbuild_secs=$secs
-  if [[ $kbuild_rc -ne 0 ]]; then
-    echo "FAILED: build of moerl_gpu_tests (log $LOG/build_gpu_tests.txt):"
-    tail -n 30 "$LOG/build_gpu_tests.txt"
-  else
-    echo "running moerl_gpu_tests --bench"
-    # Capped so that a hang leaves time for the LibTorch tests.
-    STEP_CAP=240 step "$LOG/gpu_tests.txt" "$KBUILD/tests/gpu/moerl_gpu_tests" --bench
-    gpu_rc=$rc gpu_secs=$secs
-    cat "$LOG/gpu_tests.txt"
-    [[ $gpu_rc -eq 0 ]] || echo "FAILED: moerl_gpu_tests: $(status "$gpu_rc")"
-  fi
+  build_and_run gpu_tests "$KBUILD" moerl_gpu_tests 240 "$KBUILD/tests/gpu/moerl_gpu_tests" --bench
+  kbuild_rc=$build_rc kbuild_secs=$build_secs gpu_rc=$run_rc gpu_secs=$run_secs
 fi
 
 # 2. The LibTorch MoE operator and layer tests, CUDA cases included.
 mbuild_rc=99 moe_rc=99 mbuild_secs=0 moe_secs=0
 if [[ $moe_configured -eq 1 ]]; then
-  echo "building moerl_moe_tests"
-  step "$LOG/build_moe_tests.txt" cmake --build "$BUILD" -j "$JOBS" --target moerl_moe_tests
-  mbuild_rc=$rc mbuild_secs=$secs
-  if [[ $mbuild_rc -ne 0 ]]; then
-    echo "FAILED: build of moerl_moe_tests (log $LOG/build_moe_tests.txt):"
-    grep -m 20 -E 'error|Error' "$LOG/build_moe_tests.txt"
-    tail -n 15 "$LOG/build_moe_tests.txt"
-  else
-    echo "running moerl_moe_tests"
-    step "$LOG/moe_tests.txt" env OMP_NUM_THREADS=8 "$BUILD/tests/moerl_moe_tests" --durations yes
-    moe_rc=$rc moe_secs=$secs
-    tail -n 40 "$LOG/moe_tests.txt"
-    [[ $moe_rc -eq 0 ]] || echo "FAILED: moerl_moe_tests: $(status "$moe_rc")"
-  fi
+  build_and_run moe_tests "$BUILD" moerl_moe_tests "" \
+    env OMP_NUM_THREADS=8 "$BUILD/tests/moerl_moe_tests" --durations yes
+  mbuild_rc=$build_rc mbuild_secs=$build_secs moe_rc=$run_rc moe_secs=$run_secs
 elif [[ $conf_rc -eq 0 ]]; then
   echo "FAILED: moerl_moe_tests not configured: it needs LibTorch and Catch2 v2 (run" \
        "scripts/gpu_deps.sh where apt works and carry .gpu-deps); see $LOG/configure.txt"
@@ -188,19 +190,8 @@ fi
 # 3. The MoE layer on CUDA against the per-expert-loop reference.
 bbuild_rc=99 bench_rc=99 bbuild_secs=0 bench_secs=0
 if [[ $moe_configured -eq 1 && $mbuild_rc -eq 0 ]]; then
-  echo "building moerl_moe_gpu_bench"
-  step "$LOG/build_moe_bench.txt" cmake --build "$BUILD" -j "$JOBS" --target moerl_moe_gpu_bench
-  bbuild_rc=$rc bbuild_secs=$secs
-  if [[ $bbuild_rc -ne 0 ]]; then
-    echo "FAILED: build of moerl_moe_gpu_bench (log $LOG/build_moe_bench.txt):"
-    tail -n 30 "$LOG/build_moe_bench.txt"
-  else
-    echo "running moerl_moe_gpu_bench"
-    STEP_CAP=180 step "$LOG/moe_bench.txt" "$BUILD/benchmarks/moerl_moe_gpu_bench"
-    bench_rc=$rc bench_secs=$secs
-    cat "$LOG/moe_bench.txt"
-    [[ $bench_rc -eq 0 ]] || echo "FAILED: moerl_moe_gpu_bench: $(status "$bench_rc")"
-  fi
+  build_and_run moe_bench "$BUILD" moerl_moe_gpu_bench 180 "$BUILD/benchmarks/moerl_moe_gpu_bench"
+  bbuild_rc=$build_rc bbuild_secs=$build_secs bench_rc=$run_rc bench_secs=$run_secs
 fi
 
 echo
