@@ -168,6 +168,10 @@ size_t Learner::serve_once() {
   if (coordinator_) coordinator_->serve(version_);
   receive_episodes();
   collect_metrics();
+  return held_episodes();
+}
+
+size_t Learner::held_episodes() const {
   size_t held = 0;
   for (const auto& [id, episodes] : groups_) held += episodes.size();
   return held;
@@ -345,7 +349,8 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
 }
 
 Learner::EpisodeTargets Learner::kept_targets(const std::vector<const rollout::Trajectory*>& episodes,
-                                              const EpisodeTargets& all, std::vector<const rollout::Trajectory*>& kept) {
+                                              const EpisodeTargets& all, std::vector<const rollout::Trajectory*>& kept,
+                                              std::vector<const rollout::Trajectory*>& dropped) {
   const torch::Tensor flags = all.kept.contiguous();
   const float* keep = flags.data_ptr<float>();
   std::vector<std::int64_t> index;
@@ -353,6 +358,8 @@ Learner::EpisodeTargets Learner::kept_targets(const std::vector<const rollout::T
     if (keep[i] > 0) {
       kept.push_back(episodes[i]);
       index.push_back(static_cast<std::int64_t>(i));
+    } else {
+      dropped.push_back(episodes[i]);
     }
   if (kept.size() == episodes.size()) return all;
   const torch::Tensor rows = torch::tensor(index, torch::kInt64);
@@ -366,12 +373,33 @@ Learner::EpisodeTargets Learner::kept_targets(const std::vector<const rollout::T
 
 // How often the learner's own router would have picked other experts than the
 // replayed ones (fraction of token-layer pairs whose top-k sets differ).
-double Learner::router_disagreement(const EpisodeBatch& batch) {
+std::pair<double, double> Learner::router_disagreement(const EpisodeBatch& batch) {
   torch::NoGradGuard no_grad;
   const model::PolicyOutput own = policy_->forward(batch.inputs, batch.lengths);
   const torch::Tensor mine = std::get<0>(own.expert_indices.sort(-1));
   const torch::Tensor replayed = std::get<0>(batch.forced_experts.sort(-1));
-  return (mine != replayed).any(-1).to(torch::kFloat64).mean().item<double>();
+  const torch::Tensor differs = (mine != replayed).any(-1);
+  return {differs.sum().item<double>(), static_cast<double>(differs.numel())};
+}
+
+void Learner::record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay,
+                                        StepStats& st) {
+  bool routed = replay && config_.algo.routing_check_interval > 0 && step_ % config_.algo.routing_check_interval == 0;
+  for (const EpisodeBatch* b : batches) {
+    st.generated_tokens += b->generated_tokens;
+    st.tokens += b->targets.size(0);
+    record_staleness(*b, st);
+    routed = routed && b->forced_experts.defined();
+  }
+  if (!routed) return;
+  double differing = 0, pairs = 0;
+  for (const EpisodeBatch* b : batches) {
+    const auto [d, n] = router_disagreement(*b);
+    differing += d;
+    pairs += n;
+  }
+  st.router_disagreement = pairs > 0 ? differing / pairs : 0.0;
+  telemetry::metrics().set("learner.router_disagreement", st.router_disagreement);
 }
 
 StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episodes) {
@@ -385,23 +413,11 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   if (!episodes.empty()) {
     const EpisodeTargets all_targets = episode_targets(episodes, st);
     const bool replay = config_.algo.routing_replay && config_.moe.enabled;
-    {
-      // The step's token counts, staleness and router check cover every episode taken.
-      const EpisodeBatch whole = make_episode_batch(episodes, replay);
-      st.generated_tokens = whole.generated_tokens;
-      st.tokens = whole.targets.size(0);
-      record_staleness(whole, st);
-      if (replay && config_.algo.routing_check_interval > 0 && step_ % config_.algo.routing_check_interval == 0 &&
-          whole.forced_experts.defined()) {
-        st.router_disagreement = router_disagreement(whole);
-        telemetry::metrics().set("learner.router_disagreement", st.router_disagreement);
-      }
-    }
     // Groups that dynamic sampling dropped carry no loss: they stay out of
     // the forward and backward passes (the loss normalises over kept tokens
     // and sequences only, so its value is the same).
-    std::vector<const rollout::Trajectory*> trained;
-    const EpisodeTargets targets = kept_targets(episodes, all_targets, trained);
+    std::vector<const rollout::Trajectory*> trained, dropped;
+    const EpisodeTargets targets = kept_targets(episodes, all_targets, trained, dropped);
     // Micro-batches ([optim] grad_accumulation) split the episodes; each
     // chunk's loss is weighted by its share of the batch so the summed
     // gradient equals that of one full-batch loss.
@@ -422,6 +438,15 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
                            .item<double>();
     }
     local_tokens = total_counted;
+    {
+      // The step's token counts, staleness and router check cover every
+      // episode taken: the micro-batches, and the dropped groups apart.
+      std::vector<const EpisodeBatch*> all_batches;
+      for (const EpisodeBatch& b : batches) all_batches.push_back(&b);
+      const EpisodeBatch dropped_batch = dropped.empty() ? EpisodeBatch() : make_episode_batch(dropped, replay);
+      if (!dropped.empty()) all_batches.push_back(&dropped_batch);
+      record_episode_statistics(all_batches, replay, st);
+    }
     // The chunk's share: of the counted tokens (token mean) or of the kept sequences.
     auto chunk_share = [&](double counted, const torch::Tensor& kept) {
       return options.aggregation == algo::LossAggregation::TokenMean
@@ -638,9 +663,8 @@ void Learner::drain_episodes(std::int64_t expected, runtime::StopCoordinator& st
                                   std::to_string(static_cast<int>(limit_s)) + " s");
     return true;
   });
-  size_t unused = 0;
-  for (const auto& [id, episodes] : groups_) unused += episodes.size();
-  spdlog::debug("learner {}: {} episodes generated past the last step were not trained on", world_.role_index(), unused);
+  spdlog::debug("learner {}: {} episodes generated past the last step were not trained on", world_.role_index(),
+                held_episodes());
   groups_.clear();
 }
 

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "moerl/comm/communicator.h"
@@ -80,13 +81,20 @@ class Learner {
  private:
   struct EpisodeTargets;
   EpisodeTargets episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st);
-  // The targets of the episodes `all.kept` keeps, which are appended to `kept`.
+  // The targets of the episodes `all.kept` keeps, which are appended to
+  // `kept`; the others are appended to `dropped`.
   static EpisodeTargets kept_targets(const std::vector<const rollout::Trajectory*>& episodes,
-                                     const EpisodeTargets& all, std::vector<const rollout::Trajectory*>& kept);
+                                     const EpisodeTargets& all, std::vector<const rollout::Trajectory*>& kept,
+                                     std::vector<const rollout::Trajectory*>& dropped);
   std::vector<torch::Tensor> trainable_parameters() const;  // policy, then the value head (PPO)
   torch::nn::Module* value_head_module() { return value_head_ ? value_head_.get() : nullptr; }
-  double router_disagreement(const EpisodeBatch& batch);
+  // Token-layer pairs of `batch` whose top-k experts the learner's own router
+  // would choose differently from the replayed ones, and all its pairs.
+  std::pair<double, double> router_disagreement(const EpisodeBatch& batch);
   void record_staleness(const EpisodeBatch& batch, StepStats& st) const;
+  // Adds what `batches` (together: every episode of the step) contribute to
+  // the step's token counts, staleness and router check.
+  void record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay, StepStats& st);
   void receive_episodes();
   void collect_metrics();
   void write_metrics_line();
@@ -104,6 +112,7 @@ class Learner {
   // work requests; every learner takes in episodes and metrics. Returns the
   // training episodes held. Thread-safe (serve_during's helper calls it too).
   size_t serve_once();
+  size_t held_episodes() const;  // training episodes received and not yet taken into a step
   void serve_while(const std::function<bool()>& busy);
   // Runs `work` (a step's computation) while a helper thread keeps serving.
   void serve_during(const std::function<void()>& work);
