@@ -137,6 +137,17 @@ std::vector<std::uint64_t> run_until_idle(GenerationEngine& engine, int max_step
   return all;
 }
 
+// The first turn of one session on a fresh engine: prompt, then generate until it stops.
+GeneratedTurn single_turn(Policy& policy, const EngineOptions& options, const std::vector<std::int64_t>& prompt_ids,
+                          const SamplingParams& sampling, const StopParams& stop) {
+  GenerationEngine engine(policy, options);
+  engine.add_session(1, 1);
+  engine.append_prompt(1, prompt_ids);
+  engine.start_turn(1, sampling, stop);
+  run_until_idle(engine);
+  return engine.take_turn(1);
+}
+
 }  // namespace
 
 TEST_CASE("engine decoding with sessions joining and leaving equals a full forward",
@@ -324,14 +335,7 @@ TEST_CASE("stop conditions: end of turn, stop strings, episode budget", "[rollou
   Policy policy = make_policy(13);
   SamplingParams greedy;
   greedy.greedy = true;
-  auto generate = [&](const StopParams& stop) {
-    GenerationEngine engine(policy);
-    engine.add_session(1, 1);
-    engine.append_prompt(1, prompt(5, 3));
-    engine.start_turn(1, greedy, stop);
-    run_until_idle(engine);
-    return engine.take_turn(1);
-  };
+  auto generate = [&](const StopParams& stop) { return single_turn(policy, {}, prompt(5, 3), greedy, stop); };
   StopParams plain;
   plain.stop_on_eot = false;
   plain.max_turn_tokens = 20;
@@ -466,12 +470,7 @@ TEST_CASE("a chat format: stop on its end-of-turn token, stop strings on decoded
   auto generate = [&](Policy& p, const EpisodeFormat& format, const StopParams& stop) {
     EngineOptions options;
     options.format = format;
-    GenerationEngine engine(p, options);
-    engine.add_session(1, 1);
-    engine.append_prompt(1, task);
-    engine.start_turn(1, greedy, stop);
-    run_until_idle(engine);
-    return engine.take_turn(1);
+    return single_turn(p, options, task, greedy, stop);
   };
   StopParams plain;
   plain.stop_on_eot = false;
