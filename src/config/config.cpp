@@ -267,6 +267,8 @@ class Loader {
                 "lists 'external' but [env.external] command is empty");
     }
     require(!config_.env.families.empty(), "env.families", "must name at least one task family");
+    require(!(config_.env.reward_min >= config_.env.reward_max), "env.reward_max",
+            "must be greater than env.reward_min");
     // Asynchronous rollouts make which weights sample which tokens a matter of timing.
     require(!(config_.run.deterministic && config_.sync.asynchronous), "run.deterministic",
             "needs synchronous rollouts: set sync.asynchronous = false");

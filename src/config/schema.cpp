@@ -173,6 +173,10 @@ SectionSpec cluster_section() {
   b.field("shutdown_timeout_s", &ClusterSection::shutdown_timeout_s,
           "How long a clean stop may take before the job is aborted.")
       .greater_than(0);
+  b.field("malformed_message_limit", &ClusterSection::malformed_message_limit,
+          "Malformed messages a learner drops from one rank (each with a warning) before it stops "
+          "the job naming that rank.")
+      .at_least(1);
   return spec;
 }
 
@@ -474,6 +478,19 @@ SectionSpec env_section() {
       .at_least(0);
   b.field("archive_dir", &EnvSection::archive_dir,
           "Directory for session snapshots; empty = <run dir>/archive/env.");
+  b.field("reward_min", &EnvSection::reward_min,
+          "Smallest reward an environment may report; a lower or non-finite one fails the attempt "
+          "(reason invalid_reward).");
+  b.field("reward_max", &EnvSection::reward_max,
+          "Largest reward an environment may report; a higher or non-finite one fails the attempt "
+          "(reason invalid_reward).");
+  b.field("breaker_failures", &EnvSection::breaker_failures,
+          "Consecutive sessions of one family that fail for good (as one actor sees them) before the "
+          "family is paused; 0 = never pause.")
+      .at_least(0);
+  b.field("breaker_cooldown_s", &EnvSection::breaker_cooldown_s,
+          "A paused family is drawn from again after this long (it pauses again at its next failure).")
+      .greater_than(0);
   return spec;
 }
 

@@ -1,12 +1,13 @@
 #include "moerl/core/json_value.h"
 
+#include <cmath>
 #include <cstdlib>
 
 namespace moerl {
 
 class JsonParser {
  public:
-  explicit JsonParser(const std::string& text) : text_(text) {}
+  JsonParser(const std::string& text, bool python_non_finite) : text_(text), python_non_finite_(python_non_finite) {}
 
   JsonValue document() {
     JsonValue value = parse_value(0);
@@ -102,6 +103,12 @@ class JsonParser {
       return v;
     }
     if (consume("null")) return v;
+    if (python_non_finite_ && (consume("NaN") || consume("Infinity") || consume("-Infinity"))) {
+      v.kind_ = JsonValue::Kind::Number;
+      const char last = text_[at_ - 1];
+      v.number_ = last == 'N' ? std::nan("") : (c == '-' ? -HUGE_VAL : HUGE_VAL);
+      return v;
+    }
     if (c == '-' || (c >= '0' && c <= '9')) {
       v.kind_ = JsonValue::Kind::Number;
       v.number_ = parse_number();
@@ -205,10 +212,13 @@ class JsonParser {
   }
 
   const std::string& text_;
+  bool python_non_finite_ = false;
   size_t at_ = 0;
 };
 
-JsonValue JsonValue::parse(const std::string& text) { return JsonParser(text).document(); }
+JsonValue JsonValue::parse(const std::string& text, JsonNumbers numbers) {
+  return JsonParser(text, numbers == JsonNumbers::JsonNumbersPythonNonFinite).document();
+}
 
 const char* JsonValue::kind_name(Kind kind) {
   switch (kind) {

@@ -7,9 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <mutex>
+
+#include "moerl/runtime/job_control.h"
 
 extern char** environ;
 
@@ -26,19 +31,126 @@ double now_seconds() {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
+// The process groups of live children, in a fixed table of atomics so that
+// kill_all_child_process_groups() may run inside a signal handler.
+std::array<std::atomic<pid_t>, 8192> g_live_groups{};
+
+void remember_group(pid_t group) {
+  for (auto& slot : g_live_groups) {
+    pid_t empty = 0;
+    if (slot.compare_exchange_strong(empty, group)) return;
+  }
+  // Full table: the watchdog below still covers this group.
+}
+
+void forget_group(pid_t group) {
+  for (auto& slot : g_live_groups) {
+    pid_t expected = group;
+    if (slot.compare_exchange_strong(expected, 0)) return;
+  }
+}
+
+// The watchdog: `/bin/sh` reading "+GROUP" / "-GROUP" lines from a pipe whose
+// write end only this process holds (close-on-exec, so children do not).
+// When this process ends in any way, SIGKILL and MPI_Abort included, the pipe
+// reaches end-of-file and the watchdog kills every group still listed. A
+// shell script because it must outlive us and needs nothing but read and kill;
+// it ignores the terminal's and the launcher's stop signals so that it lives
+// until our end, not before it.
+constexpr const char* kWatchdogScript =
+    "trap '' INT TERM HUP PIPE\n"
+    "groups=' '\n"
+    "while read -r op group; do\n"
+    "  case \"$op\" in\n"
+    "    +) groups=\"$groups$group \" ;;\n"
+    "    -) kept=' '; for g in $groups; do [ \"$g\" = \"$group\" ] || kept=\"$kept$g \"; done; groups=$kept ;;\n"
+    "  esac\n"
+    "done\n"
+    "for g in $groups; do kill -s KILL -- \"-$g\" 2>/dev/null; done\n";
+
+class GroupWatchdog {
+ public:
+  static GroupWatchdog& instance() {
+    static GroupWatchdog watchdog;
+    return watchdog;
+  }
+  void announce(char op, pid_t group) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (lifeline_ < 0) return;
+    const std::string line = std::string(1, op) + std::to_string(group) + "\n";
+    // One short write to a pipe is atomic; a dead watchdog (EPIPE) is not our failure.
+    [[maybe_unused]] const ssize_t written = ::write(lifeline_, line.data(), line.size());
+  }
+
+ private:
+  GroupWatchdog() {
+    // An error that aborts the job kills the groups at once, without waiting for our end.
+    runtime::add_abort_cleanup(&kill_all_child_process_groups);
+    int pipe_fds[2];
+    if (pipe2(pipe_fds, O_CLOEXEC) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, pipe_fds[0], STDIN_FILENO);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+    posix_spawnattr_t attributes;
+    posix_spawnattr_init(&attributes);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attributes, 0);
+    const char* argv[] = {"/bin/sh", "-c", kWatchdogScript, nullptr};
+    pid_t pid = -1;
+    const int status = posix_spawn(&pid, "/bin/sh", &actions, &attributes, const_cast<char**>(argv), environ);
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(pipe_fds[0]);
+    if (status != 0) {
+      ::close(pipe_fds[1]);
+      return;
+    }
+    lifeline_ = pipe_fds[1];
+    // Never reaped by us: it exits when we do (the lifeline closes) and init reaps it.
+  }
+
+  std::mutex mutex_;
+  int lifeline_ = -1;
+};
+
 }  // namespace
+
+void kill_all_child_process_groups() {
+  for (auto& slot : g_live_groups) {
+    const pid_t group = slot.load();
+    if (group > 0) ::kill(-group, SIGKILL);
+  }
+}
+
+int live_child_process_groups() {
+  int live = 0;
+  for (const auto& slot : g_live_groups) live += slot.load() > 0;
+  return live;
+}
 
 ChildProcess::ChildProcess(const std::string& command) : command_(command) {
   // A write to a dead child must be an error we report, not a SIGPIPE that
   // kills the env worker.
   signal(SIGPIPE, SIG_IGN);
+  GroupWatchdog& watchdog = GroupWatchdog::instance();
   int in_pipe[2], out_pipe[2];
-  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0)
-    throw ProcessError("cannot create pipes for '" + command + "': " + std::strerror(errno));
+  if (pipe2(in_pipe, O_CLOEXEC) != 0) throw ProcessError(FailureReason::FailureCannotStart,
+                                                         "cannot create pipes for '" + command + "': " + std::strerror(errno));
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+    const int error = errno;
+    ::close(in_pipe[0]);
+    ::close(in_pipe[1]);
+    throw ProcessError(FailureReason::FailureCannotStart,
+                       "cannot create pipes for '" + command + "': " + std::strerror(error));
+  }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, in_pipe[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], STDOUT_FILENO);
+  // Descriptors the MPI library or other sessions opened without close-on-exec stay ours.
+  posix_spawn_file_actions_addclosefrom_np(&actions, 3);
   // Its own process group: the shell may fork the real program, and killing
   // the group reaches both (killing only the shell would orphan the program).
   posix_spawnattr_t attributes;
@@ -57,26 +169,30 @@ ChildProcess::ChildProcess(const std::string& command) : command_(command) {
     close_fd(to_child_);
     close_fd(from_child_);
     reaped_ = true;
-    throw ProcessError("cannot start '" + command + "': " + std::strerror(status));
+    pid_ = -1;
+    throw ProcessError(FailureReason::FailureCannotStart, "cannot start '" + command + "': " + std::strerror(status));
   }
+  remember_group(pid_);
+  watchdog.announce('+', pid_);
 }
 
 ChildProcess::~ChildProcess() {
   close_fd(to_child_);
   close_fd(from_child_);
-  if (!reaped_ && pid_ > 0) {
-    ::kill(-pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  } else if (pid_ > 0) {
-    ::kill(-pid_, SIGKILL);  // the shell is gone; its children may not be
-  }
+  if (pid_ <= 0) return;
+  // The group first: the shell's children die with it even when the shell already exited.
+  ::kill(-pid_, SIGKILL);
+  if (!reaped_) waitpid(pid_, nullptr, 0);
+  forget_group(pid_);
+  GroupWatchdog::instance().announce('-', pid_);
 }
 
 void ChildProcess::kill() {
   if (pid_ > 0) ::kill(-pid_, SIGKILL);
 }
 
-std::string ChildProcess::describe_exit() {
+std::string ChildProcess::describe_exit(FailureReason& reason) {
+  reason = FailureReason::FailureCrashed;
   if (reaped_) return "it had already exited";
   int status = 0;
   // The child closed stdout; give it a moment to finish exiting.
@@ -84,7 +200,12 @@ std::string ChildProcess::describe_exit() {
     const pid_t done = waitpid(pid_, &status, WNOHANG);
     if (done == pid_) {
       reaped_ = true;
-      if (WIFEXITED(status)) return "it exited with status " + std::to_string(WEXITSTATUS(status));
+      if (WIFEXITED(status)) {
+        // The shell's own codes for "not found" and "not executable".
+        if (WEXITSTATUS(status) == 127 || WEXITSTATUS(status) == 126) reason = FailureReason::FailureCannotStart;
+        return "it exited with status " + std::to_string(WEXITSTATUS(status)) +
+               (reason == FailureReason::FailureCannotStart ? " (the shell could not run the command)" : "");
+      }
       if (WIFSIGNALED(status)) return "it was killed by signal " + std::to_string(WTERMSIG(status));
       return "it stopped";
     }
@@ -99,9 +220,12 @@ void ChildProcess::write_line(const std::string& text) {
   while (written < line.size()) {
     const ssize_t n = ::write(to_child_, line.data() + written, line.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw ProcessError("environment process " + std::to_string(pid_) + " ('" + command_ +
-                         "') no longer reads its stdin: " + describe_exit());
+    if (n <= 0) {
+      FailureReason reason;
+      const std::string how = describe_exit(reason);
+      throw ProcessError(reason, "environment process " + std::to_string(pid_) + " ('" + command_ +
+                                     "') no longer reads its stdin: " + how);
+    }
     written += static_cast<size_t>(n);
   }
 }
@@ -123,13 +247,16 @@ std::optional<std::string> ChildProcess::read_line(double timeout_s) {
     char chunk[4096];
     const ssize_t n = ::read(from_child_, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0)
-      throw ProcessError("environment process " + std::to_string(pid_) + " ('" + command_ +
-                         "') ended its output: " + describe_exit());
+    if (n <= 0) {
+      FailureReason reason;
+      const std::string how = describe_exit(reason);
+      throw ProcessError(reason, "environment process " + std::to_string(pid_) + " ('" + command_ +
+                                     "') ended its output: " + how);
+    }
     buffered_.append(chunk, static_cast<size_t>(n));
     if (buffered_.size() > (64u << 20))
-      throw ProcessError("environment process " + std::to_string(pid_) +
-                         " wrote over 64 MiB without a newline");
+      throw ProcessError(FailureReason::FailureInvalidJson,
+                         "environment process " + std::to_string(pid_) + " wrote over 64 MiB without a newline");
   }
 }
 

@@ -11,6 +11,12 @@ RequestKind read_kind(runtime::ByteReader& r) {
 
 }  // namespace
 
+FailureReason read_failure_reason(runtime::ByteReader& r) {
+  const auto reason = r.get<std::uint8_t>();
+  if (reason > kMaxFailureReason) throw runtime::WireError("unknown failure reason " + std::to_string(reason));
+  return static_cast<FailureReason>(reason);
+}
+
 void write_task(runtime::ByteWriter& w, const TaskSpec& t) {
   w.put_string(t.family);
   w.put<std::int32_t>(t.difficulty);
@@ -61,6 +67,7 @@ void EnvReplyMessage::encode(runtime::ByteWriter& w) const {
   w.put(a.request_id);
   w.put(a.session);
   w.put<std::uint8_t>(a.ok);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(a.failure));
   w.put_string(a.error);
   w.put_string(a.observation);
   w.put(a.reward);
@@ -84,6 +91,7 @@ EnvReplyMessage EnvReplyMessage::decode(runtime::ByteReader& r) {
   a.request_id = r.get<std::uint64_t>();
   a.session = r.get<std::uint64_t>();
   a.ok = r.get<std::uint8_t>() != 0;
+  a.failure = read_failure_reason(r);
   a.error = r.get_string();
   a.observation = r.get_string();
   a.reward = r.get<double>();

@@ -4,6 +4,7 @@
 
 #include "moerl/core/json_value.h"
 #include "moerl/core/json_writer.h"
+#include "moerl/core/utf8.h"
 #include "moerl/runtime/wire.h"
 
 namespace moerl::env {
@@ -27,7 +28,7 @@ class ExternalEnvironment::Answer {
     try {
       return read();
     } catch (const JsonError& error) {
-      throw ExternalEnvError(context_ + " with wrong fields: " + error.what());
+      throw ExternalEnvError(FailureReason::FailureMissingField, context_ + " with wrong fields: " + error.what());
     }
   }
   std::string text(const char* key) const {
@@ -63,7 +64,7 @@ void ExternalEnvironment::interrupt() {
 
 ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, const std::string& fields,
                                                          double timeout_s) const {
-  if (!process_) throw ExternalEnvError("external environment used before open()");
+  if (!process_) throw ExternalEnvError(FailureReason::FailureCrashed, "external environment used before open()");
   const std::uint64_t id = next_request_id_++;
   std::string line = "{\"id\":" + std::to_string(id) + ",\"op\":\"" + op + "\",\"session\":\"" +
                      json_escape(session_) + "\"" + fields + "}";
@@ -73,27 +74,32 @@ ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, 
     process_->write_line(line);
     const std::optional<std::string> reply = process_->read_line(timeout_s);
     if (!reply)
-      throw ExternalEnvError(who + " did not answer '" + op + "' within " + std::to_string(timeout_s) + " s");
+      throw ExternalEnvError(FailureReason::FailureTimeout,
+                             who + " did not answer '" + op + "' within " + std::to_string(timeout_s) + " s");
+    // stdout carries protocol lines only: a debug print there is an invalid answer (docs/external_env.md).
     JsonValue value;
     try {
-      value = JsonValue::parse(*reply);
+      value = JsonValue::parse(*reply, JsonNumbers::JsonNumbersPythonNonFinite);
     } catch (const JsonError& error) {
-      throw ExternalEnvError(who + " answered '" + op + "' with invalid JSON (" + error.what() +
-                             "): " + reply->substr(0, 200));
+      throw ExternalEnvError(FailureReason::FailureInvalidJson, who + " answered '" + op + "' with invalid JSON (" +
+                                                                    error.what() + "): " + reply->substr(0, 200));
     }
-    if (!value.is_object()) throw ExternalEnvError(who + " answered '" + op + "' with a non-object");
+    if (!value.is_object())
+      throw ExternalEnvError(FailureReason::FailureInvalidJson, who + " answered '" + op + "' with a non-object");
     if (value.at("id").as_number() != static_cast<double>(id))
-      throw ExternalEnvError(who + " answered request " + std::to_string(id) + " with the id of another");
+      throw ExternalEnvError(FailureReason::FailureWrongId, who + " answered request " + std::to_string(id) +
+                                                                " ('" + op + "') with the id of another");
     if (!value.at("ok").as_bool()) {
       const JsonValue* error = value.find("error");
-      throw ExternalEnvError(who + " refused '" + op +
-                             "': " + (error ? error->as_string() : std::string("no error text")));
+      throw ExternalEnvError(FailureReason::FailureRefused,
+                             who + " refused '" + op + "': " + (error ? error->as_string() : std::string("no error text")));
     }
     return Answer(std::move(value), who + " answered '" + op + "'");
   } catch (const JsonError& error) {
-    throw ExternalEnvError(who + " answered '" + op + "' with wrong fields: " + error.what());
+    throw ExternalEnvError(FailureReason::FailureMissingField,
+                           who + " answered '" + op + "' with wrong fields: " + error.what());
   } catch (const ProcessError& error) {
-    throw ExternalEnvError(error.what());
+    throw ExternalEnvError(error.reason(), error.what());
   }
 }
 
@@ -118,8 +124,9 @@ std::string ExternalEnvironment::open(const TaskSpec& task) {
 }
 
 StepResult ExternalEnvironment::step(const std::string& action) {
-  if (done_) throw ExternalEnvError("step on a finished external session");
-  const Answer answer = request("step", ",\"action\":\"" + json_escape(action) + "\"", options_.request_timeout_s);
+  if (done_) throw ExternalEnvError(FailureReason::FailureRefused, "step on a finished external session");
+  const std::string text = repair_utf8(action).text;
+  const Answer answer = request("step", ",\"action\":\"" + json_escape(text) + "\"", options_.request_timeout_s);
   StepResult result;
   result.observation = answer.text("observation");
   result.reward = answer.number("reward");
@@ -152,7 +159,8 @@ std::vector<std::uint8_t> ExternalEnvironment::snapshot() const {
 void ExternalEnvironment::restore(const std::vector<std::uint8_t>& bytes) {
   runtime::ByteReader r(bytes);
   try {
-    if (r.get_string() != "external-v1") throw ExternalEnvError("not an external-environment snapshot");
+    if (r.get_string() != "external-v1")
+      throw ExternalEnvError(FailureReason::FailureCrashed, "not an external-environment snapshot");
     const int turns = r.get<std::int32_t>();
     const int max_turns = r.get<std::int32_t>();
     const bool done = r.get<std::uint8_t>() != 0;
@@ -165,7 +173,8 @@ void ExternalEnvironment::restore(const std::vector<std::uint8_t>& bytes) {
     done_ = done;
     success_ = success;
   } catch (const runtime::WireError& error) {
-    throw ExternalEnvError(std::string("corrupt external-environment snapshot: ") + error.what());
+    throw ExternalEnvError(FailureReason::FailureCrashed,
+                           std::string("corrupt external-environment snapshot: ") + error.what());
   }
 }
 

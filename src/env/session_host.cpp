@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <sstream>
 #include <thread>
 
 #include "moerl/core/hash.h"
+#include "moerl/core/utf8.h"
 #include "moerl/env/external_environment.h"
 #include "moerl/env/task_family.h"
 #include "moerl/runtime/mailbox.h"
@@ -34,7 +36,8 @@ Fault choose_fault(const config::FaultsSection& f, std::uint64_t session, int tu
 std::unique_ptr<Environment> create_environment(const std::string& family, const config::ExternalEnvSection& external,
                                                 double timeout_s) {
   if (family == "external") {
-    if (external.command.empty()) throw Error("task family 'external' needs [env.external] command");
+    if (external.command.empty())
+      throw EnvironmentFailure(FailureReason::FailureCannotStart, "task family 'external' needs [env.external] command");
     return std::make_unique<ExternalEnvironment>(
         ExternalEnvOptions{external.command, external.startup_timeout_s, timeout_s});
   }
@@ -65,6 +68,7 @@ struct SessionHost::Attempt {
   std::atomic<bool> done{false};
   // Results (written by the pool thread before `done`).
   std::string error;
+  FailureReason reason = FailureReason::FailureNone;
   std::string observation;
   StepResult step;
   std::vector<std::uint8_t> native;
@@ -119,6 +123,7 @@ EnvReply SessionHost::refuse(const EnvRequest& request, const std::string& error
   reply.session = request.session;
   reply.client = request.client;
   reply.ok = false;
+  reply.failure = FailureReason::FailureRejected;
   reply.error = "session " + std::to_string(request.session) + ": " + error;
   return reply;
 }
@@ -223,7 +228,8 @@ void SessionHost::launch(Session& session, EnvRequest request, int attempt_numbe
           switch (choose_fault(faults, session_id, turn, a.number)) {
             case Fault::Crash:
               a.env->interrupt();  // an external process really dies
-              if (spec.family != "external") throw Error("injected crash ([faults] env_crash_rate)");
+              if (spec.family != "external")
+                throw EnvironmentFailure(FailureReason::FailureCrashed, "injected crash ([faults] env_crash_rate)");
               break;
             case Fault::Hang:
               std::this_thread::sleep_for(std::chrono::duration<double>(faults.env_hang_s));
@@ -242,8 +248,12 @@ void SessionHost::launch(Session& session, EnvRequest request, int attempt_numbe
           break;
         case RequestKind::Close: break;
       }
+    } catch (const EnvironmentFailure& failure) {
+      a.error = failure.what();
+      a.reason = failure.reason();
     } catch (const std::exception& error) {
       a.error = error.what();
+      a.reason = FailureReason::FailureCrashed;
     }
     {
       std::lock_guard<std::mutex> lock(signal->first);
@@ -253,13 +263,15 @@ void SessionHost::launch(Session& session, EnvRequest request, int attempt_numbe
   });
 }
 
-void SessionHost::give_up_or_retry(Session& session, const std::shared_ptr<Attempt>& attempt,
+void SessionHost::give_up_or_retry(Session& session, const std::shared_ptr<Attempt>& attempt, FailureReason reason,
                                    const std::string& error, std::vector<EnvReply>& out) {
   session.running.reset();
   session.env.reset();  // whatever state it had is suspect: rebuild by replay
   const std::string family = session.task.family;
+  const std::string reason_name = failure_reason_name(reason);
   if (attempt->number <= options_.env.max_retries) {
     telemetry::metrics().add("env.retries." + family);
+    telemetry::metrics().add("env.retries." + family + "." + reason_name);
     session.retry_pending = true;
     session.retry_at = now_s() + options_.env.retry_backoff_s * std::pow(2.0, attempt->number - 1);
     session.retry_request = attempt->request;
@@ -267,9 +279,11 @@ void SessionHost::give_up_or_retry(Session& session, const std::shared_ptr<Attem
     return;
   }
   telemetry::metrics().add("env.failures." + family);
+  telemetry::metrics().add("env.failures." + family + "." + reason_name);
   EnvReply reply = refuse(attempt->request, std::string(request_kind_name(attempt->request.kind)) +
                                                 " failed after " + std::to_string(attempt->number) +
-                                                " attempts: " + error);
+                                                " attempts (" + reason_name + "): " + error);
+  reply.failure = reason;
   reply.attempts = attempt->number;
   reply.turn = session.turn;
   reply.done = true;
@@ -279,10 +293,24 @@ void SessionHost::give_up_or_retry(Session& session, const std::shared_ptr<Attem
   out.push_back(std::move(reply));
 }
 
+std::string SessionHost::invalid_result(const Attempt& attempt) const {
+  if (attempt.request.kind != RequestKind::Step) return "";
+  const double reward = attempt.step.reward;
+  if (std::isfinite(reward) && reward >= options_.env.reward_min && reward <= options_.env.reward_max) return "";
+  std::ostringstream out;
+  out << "reward " << reward << " is " << (std::isfinite(reward) ? "outside" : "not finite; allowed:") << " ["
+      << options_.env.reward_min << ", " << options_.env.reward_max << "] ([env] reward_min, reward_max)";
+  return out.str();
+}
+
 void SessionHost::finish(Session& session, const std::shared_ptr<Attempt>& attempt, std::vector<EnvReply>& out) {
   const EnvRequest& r = attempt->request;
   if (!attempt->error.empty()) {
-    give_up_or_retry(session, attempt, attempt->error, out);
+    give_up_or_retry(session, attempt, attempt->reason, attempt->error, out);
+    return;
+  }
+  if (const std::string invalid = invalid_result(*attempt); !invalid.empty()) {
+    give_up_or_retry(session, attempt, FailureReason::FailureInvalidReward, invalid, out);
     return;
   }
   session.running.reset();
@@ -333,6 +361,13 @@ void SessionHost::finish(Session& session, const std::shared_ptr<Attempt>& attem
   reply.turn = session.turn;
   reply.success = session.env->succeeded();
   reply.done = reply.done || session.env->done();
+  if (!reply.observation.empty()) {
+    Utf8Repair repaired = repair_utf8(reply.observation);
+    if (repaired.replacements > 0) {
+      telemetry::metrics().add("env.invalid_utf8." + family);
+      reply.observation = std::move(repaired.text);
+    }
+  }
   out.push_back(std::move(reply));
 }
 
@@ -355,7 +390,7 @@ std::vector<EnvReply> SessionHost::poll() {
         telemetry::metrics().add("env.timeouts." + session.task.family);
         if (attempt->env) attempt->env->interrupt();
         pool_.add_thread();
-        give_up_or_retry(session, attempt,
+        give_up_or_retry(session, attempt, FailureReason::FailureTimeout,
                          "timed out after " + std::to_string(static_cast<int>(std::round((now - attempt->started) * 1000))) +
                              " ms ([env] timeout_s)",
                          out);

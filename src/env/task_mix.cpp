@@ -1,5 +1,7 @@
 #include "moerl/env/task_mix.h"
 
+#include <vector>
+
 #include "moerl/core/error.h"
 
 namespace moerl::env {
@@ -28,22 +30,26 @@ TaskSpec make_task(const config::Config& config, const std::string& family, std:
   return task;
 }
 
-std::string pick_family(const config::Config& config, std::uint64_t draw) {
+std::string pick_family(const config::Config& config, std::uint64_t draw, const std::set<std::string>& excluded) {
   const auto& families = config.env.families;
   MOERL_CHECK(!families.empty(), "[env] families is empty");
+  std::vector<std::string> allowed;
+  for (const std::string& f : families)
+    if (!excluded.count(f)) allowed.push_back(f);
+  if (allowed.empty()) return "";
+  auto weight_of = [&](const std::string& f) {
+    const auto* own = overrides_for(config, f);
+    return own ? own->weight : 1.0;
+  };
   double total = 0;
-  for (const std::string& f : families) {
-    const auto* own = overrides_for(config, f);
-    total += own ? own->weight : 1.0;
-  }
-  if (total <= 0) return families[draw % families.size()];
+  for (const std::string& f : allowed) total += weight_of(f);
+  if (total <= 0) return allowed[draw % allowed.size()];
   double point = static_cast<double>(draw >> 11) * 0x1.0p-53 * total;
-  for (const std::string& f : families) {
-    const auto* own = overrides_for(config, f);
-    point -= own ? own->weight : 1.0;
+  for (const std::string& f : allowed) {
+    point -= weight_of(f);
     if (point < 0) return f;
   }
-  return families.back();
+  return allowed.back();
 }
 
 }  // namespace moerl::env

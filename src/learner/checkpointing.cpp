@@ -25,6 +25,7 @@ constexpr const char* kTakenGroups = "staleness.taken_groups";
 constexpr const char* kDroppedGroups = "staleness.dropped_groups";
 constexpr const char* kLearnerRngPrefix = "rng/learner";
 constexpr const char* kActorRngScheme = "rng.actors";
+constexpr const char* kCoordinatorBooks = "coordinator.books";
 
 // The optimizer's per-parameter state key: a string in LibTorch 1.x, the
 // TensorImpl pointer in 2.x. The 1.x string is the pointer streamed to an
@@ -172,6 +173,7 @@ LearnerState read_version(const storage::CheckpointStore& store, std::int64_t ve
   if (reader.has_attribute(storage::attribute_key::kProgramVersion))
     state.program_version = reader.string_attribute(storage::attribute_key::kProgramVersion);
   // Older checkpoints lack what follows; a resume from them starts these afresh.
+  if (reader.has_attribute(kCoordinatorBooks)) state.coordinator_books = reader.string_attribute(kCoordinatorBooks);
   if (reader.has_attribute(kTakenGroups)) state.staleness.taken_groups = reader.int_attribute(kTakenGroups);
   if (reader.has_attribute(kDroppedGroups)) state.staleness.dropped_groups = reader.int_attribute(kDroppedGroups);
   if (reader.find(kLagArray)) {
@@ -267,6 +269,7 @@ std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& p
   writer->set_attribute(storage::attribute_key::kPolicyVersion, state.version);
   writer->set_attribute("coordinator.next_group", state.next_group);
   writer->set_attribute("coordinator.next_seed", state.next_seed);
+  if (!state.coordinator_books.empty()) writer->set_attribute(kCoordinatorBooks, state.coordinator_books);
   writer->set_attribute(storage::attribute_key::kConfigToml, config::to_toml(config));
   writer->set_attribute(std::string(storage::attribute_key::kMetricPrefix) + "reward_mean", state.reward_mean);
   const std::uint64_t bytes = writer->commit();

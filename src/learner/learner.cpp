@@ -68,7 +68,8 @@ std::string format_duration(double seconds) {
 Learner::Learner(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
                  model::Policy policy, comm::Communicator& learner_comm, comm::Communicator* sync_comm,
                  const std::string& resume)
-    : config_(config), world_(world), mailbox_(mailbox), policy_(policy), learner_comm_(learner_comm) {
+    : config_(config), world_(world), mailbox_(mailbox), policy_(policy), learner_comm_(learner_comm),
+      watch_(config.cluster.message_timeout_s) {
   learners_ = learner_comm.size();
   reporter_ = std::make_unique<telemetry::MetricsReporter>(mailbox, config.telemetry.metrics_interval_s);
   auto options = torch::optim::AdamWOptions(config.optim.lr)
@@ -117,6 +118,7 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
       if (coordinator_) {
         coordinator_->resume(static_cast<std::uint64_t>(state->next_group), static_cast<std::uint64_t>(state->next_seed),
                              version_);
+        restore_books(state->coordinator_books);
         checkpoints_->accept_latest();
         telemetry::metrics().add("learner.dropped_groups", static_cast<double>(staleness_.dropped_groups));
       }
@@ -134,16 +136,123 @@ double Learner::learning_rate(std::int64_t step) const {
   return o.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress))));
 }
 
+void Learner::restore_books(const std::string& books) {
+  // A resumed run keeps the first run's books: its `before` evaluation and
+  // failure counts (checkpoints written before they were kept have none),
+  // and each step once in the metrics file.
+  if (!books.empty()) {
+    try {
+      coordinator_->restore_books(books);
+    } catch (const JsonError& error) {
+      spdlog::warn("resume: the checkpoint's coordinator books are unreadable ({}); summary.json starts them afresh",
+                   error.what());
+    }
+  }
+  const std::string metrics_path = config_.run_directory() + "/" + config_.telemetry.metrics_file;
+  const std::int64_t dropped = telemetry::keep_lines_through_step(metrics_path, step_);
+  if (dropped > 0)
+    spdlog::info("resume: dropped {} lines past step {} from {} (those steps run again)", dropped, step_, metrics_path);
+}
+
 void Learner::receive_episodes() {
-  while (auto message = mailbox_.try_receive<rollout::Trajectory>()) {
-    rollout::Trajectory& episode = message->second;
-    if (episode.evaluation) {
-      MOERL_CHECK(coordinator_ != nullptr, "an evaluation episode reached a learner other than learner 0");
-      coordinator_->record_evaluation(episode);
+  for (;;) {
+    std::optional<std::pair<int, rollout::Trajectory>> message;
+    try {
+      message = mailbox_.try_receive<rollout::Trajectory>();
+    } catch (const runtime::MessageError& error) {
+      drop_malformed(error, true);
       continue;
     }
+    if (!message) return;
+    take_episode(message->first, std::move(message->second));
+  }
+}
+
+void Learner::take_episode(int source, rollout::Trajectory episode) {
+  const double now = now_s();
+  watch_.heard_from(source, now);
+  watch_.progressed(now);
+  if (episode.evaluation) {
+    if (!coordinator_) {
+      drop_malformed(runtime::MessageError("an evaluation episode from rank " + std::to_string(source) +
+                                               " reached learner " + std::to_string(world_.role_index()) +
+                                               " (they go to learner 0)",
+                                           source),
+                     false);
+      return;
+    }
+    coordinator_->record_evaluation(episode);
+    return;
+  }
+  // Failure records of every group reach learner 0 for its books; the group's
+  // own learner also needs them to complete the group.
+  if (episode.failed() && coordinator_) coordinator_->record_training_failure(episode);
+  const bool mine = episode.group_id % static_cast<std::uint64_t>(learners_) == static_cast<std::uint64_t>(learner_comm_.rank());
+  if (!mine) {
+    if (!episode.failed())
+      drop_malformed(runtime::MessageError("an episode of group " + std::to_string(episode.group_id) + " from rank " +
+                                               std::to_string(source) + " reached learner " +
+                                               std::to_string(learner_comm_.rank()) + " (not its learner)",
+                                           source),
+                     false);
+    return;
+  }
+  ++received_episodes_;
+  group_last_arrival_[episode.group_id] = now;
+  groups_[episode.group_id].push_back(std::move(episode));
+}
+
+void Learner::drop_malformed(const runtime::MessageError& error, bool lost_episode) {
+  // The message is lost, not the job. A lost episode counts as an arrival
+  // (the drain at the end expects it) whose group may now stay one member short.
+  const int rank = error.source();
+  const std::int64_t count = ++malformed_by_rank_[rank];
+  if (lost_episode) {
     ++received_episodes_;
-    groups_[episode.group_id].push_back(std::move(episode));
+    ++unaccounted_members_;
+  }
+  telemetry::metrics().add("learner.malformed_messages");
+  const std::string sender = rank >= 0 ? runtime::role_name(world_.layout().assignment(rank).role) +
+                                             std::string(" rank ") + std::to_string(rank)
+                                       : std::string("an unknown rank");
+  spdlog::warn("learner {}: dropped a malformed message from {} ({} of {} allowed): {}", world_.role_index(), sender,
+               count, config_.cluster.malformed_message_limit, error.what());
+  if (count >= config_.cluster.malformed_message_limit)
+    fail_job(sender + " sent " + std::to_string(count) + " malformed messages ([cluster] malformed_message_limit); the last: " +
+             error.what());
+}
+
+void Learner::fail_job(const std::string& reason) {
+  if (pending_failure_.empty() && job_failure_.empty()) pending_failure_ = reason;
+}
+
+void Learner::watch_progress() {
+  const double now = now_s();
+  double tokens = 0;
+  for (const auto& [rank, snapshot] : aggregator_.latest()) {
+    const auto it = snapshot.counters.find("rollout.generated_tokens");
+    if (snapshot.role == "actor" && it != snapshot.counters.end()) tokens += it->second;
+  }
+  watch_.generated_tokens(tokens, now);
+  if (coordinator_->phase() == TaskCoordinator::Phase::Train && coordinator_->all_families_paused()) {
+    std::string families;
+    for (const std::string& family : config_.env.families)
+      families += (families.empty() ? "" : "; ") + family + ": " + coordinator_->breaker().last_error(family);
+    fail_job("every task family is paused by the circuit breaker (their sessions keep failing): " + families);
+    return;
+  }
+  const double quiet_s = 3 * config_.telemetry.metrics_interval_s;
+  if (watch_.expired(now)) {
+    const std::string quiet = watch_.quiet_ranks(world_.layout(), quiet_s, now);
+    fail_job("no episodes arrived for " + std::to_string(static_cast<int>(watch_.idle_s(now))) +
+             " s ([cluster] message_timeout_s); silent ranks: " + (quiet.empty() ? "none" : quiet) +
+             "; sessions failed for good: " + coordinator_->env_failures().describe());
+  } else if (watch_.warn_due(now)) {
+    const std::string quiet = watch_.quiet_ranks(world_.layout(), quiet_s, now);
+    spdlog::warn("learner 0: no episodes for {:.0f} s (the job stops at {:.0f} s); silent ranks: {}; sessions failed "
+                 "for good: {}",
+                 watch_.idle_s(now), watch_.limit_s(), quiet.empty() ? "none" : quiet,
+                 coordinator_->env_failures().describe());
   }
 }
 
@@ -152,7 +261,18 @@ void Learner::collect_metrics() {
     reporter_->maybe_send();
     return;
   }
-  while (auto report = mailbox_.try_receive<telemetry::MetricsReport>()) aggregator_.update(report->second.snapshot);
+  for (;;) {
+    std::optional<std::pair<int, telemetry::MetricsReport>> report;
+    try {
+      report = mailbox_.try_receive<telemetry::MetricsReport>();
+    } catch (const runtime::MessageError& error) {
+      drop_malformed(error, false);
+      continue;
+    }
+    if (!report) return;
+    watch_.heard_from(report->first, now_s());
+    aggregator_.update(report->second.snapshot);
+  }
 }
 
 void Learner::write_metrics_line() {
@@ -177,22 +297,33 @@ size_t Learner::held_episodes() const {
   return held;
 }
 
-void Learner::serve_while(const std::function<bool()>& busy) {
-  const double started = now_s();
-  double last_progress = started;
-  size_t seen = 0;
+void Learner::serve_while(const std::function<bool()>& busy, bool waits_for_episodes) {
+  if (waits_for_episodes) {
+    std::lock_guard<std::mutex> lock(service_mutex_);
+    watch_.start(now_s());
+  }
   while (busy()) {
-    const size_t held = serve_once();
+    serve_once();
     if (publisher_ && publisher_->in_flight()) publisher_->progress();
-    if (held != seen) {
-      seen = held;
-      last_progress = now_s();
+    std::string failure;
+    double idle_s = 0;
+    {
+      std::lock_guard<std::mutex> lock(service_mutex_);
+      if (waits_for_episodes && coordinator_) watch_progress();
+      failure.swap(pending_failure_);
+      idle_s = watch_.idle_s(now_s());
     }
-    // Nothing arrived for a long time: say who we wait for instead of hanging.
-    if (now_s() - last_progress > 10 * config_.cluster.message_timeout_s)
+    if (!failure.empty()) {
+      job_failure_ = failure;
+      spdlog::error("learner {}: stopping the job: {}", world_.role_index(), failure);
+      if (stop_) stop_->request_stop(failure);
+    }
+    if (waits_for_episodes && !job_failure_.empty()) return;
+    // Learners other than learner 0 wait for learner 0 to end a stalled job;
+    // this deadline is for a learner 0 that cannot.
+    if (waits_for_episodes && !coordinator_ && idle_s > 2 * config_.cluster.message_timeout_s)
       throw runtime::TimeoutError("learner " + std::to_string(world_.role_index()) + ": no episodes arrived for " +
-                                  std::to_string(static_cast<int>(now_s() - last_progress)) +
-                                  " s (actors or env workers stuck?)");
+                                  std::to_string(static_cast<int>(idle_s)) + " s and learner 0 did not stop the job");
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
 }
@@ -222,20 +353,51 @@ void Learner::serve_during(const std::function<void()>& work) {
   if (helper_failure) std::rethrow_exception(helper_failure);
 }
 
-std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t& dropped, std::int64_t& taken) {
+std::vector<std::uint64_t> Learner::complete_groups() {
+  const auto group_size = static_cast<size_t>(config_.rollout.group_size);
+  const double now = now_s();
+  std::vector<std::uint64_t> complete;
+  for (const auto& [id, episodes] : groups_) {
+    if (episodes.size() >= group_size) {
+      complete.push_back(id);
+    } else if (unaccounted_members_ > 0 && now - group_last_arrival_[id] > config_.cluster.message_timeout_s) {
+      // Its missing members were most likely in the malformed messages dropped.
+      const auto missing = static_cast<std::int64_t>(group_size - episodes.size());
+      unaccounted_members_ = std::max<std::int64_t>(0, unaccounted_members_ - missing);
+      telemetry::metrics().add("learner.incomplete_groups");
+      spdlog::warn("learner {}: group {} taken with {} of {} episodes (the rest were lost in malformed messages)",
+                   world_.role_index(), id, episodes.size(), group_size);
+      complete.push_back(id);
+    }
+  }
+  return complete;
+}
+
+std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t& dropped, std::int64_t& taken,
+                                                                   std::int64_t& failed) {
   std::lock_guard<std::mutex> lock(service_mutex_);
   const std::int64_t quota = (config_.algo.groups_per_step + learners_ - 1) / learners_;
-  const auto group_size = static_cast<size_t>(config_.rollout.group_size);
-  std::vector<std::uint64_t> complete;
-  for (const auto& [id, episodes] : groups_)
-    if (episodes.size() >= group_size) complete.push_back(id);
+  std::vector<std::uint64_t> complete = complete_groups();
   if (static_cast<std::int64_t>(complete.size()) < quota) return {};
   complete.resize(static_cast<size_t>(quota));
   batch_storage_.clear();
-  dropped = taken = 0;
+  dropped = taken = failed = 0;
+  failure_records_ = 0;
   for (std::uint64_t id : complete) {
     std::vector<rollout::Trajectory> episodes = std::move(groups_[id]);
     groups_.erase(id);
+    group_last_arrival_.erase(id);
+    // Failure records complete the group but carry nothing to train on; the
+    // group-relative statistics come from the episodes that remain.
+    const auto records = std::count_if(episodes.begin(), episodes.end(), [](const auto& e) { return e.failed(); });
+    failure_records_ += records;
+    episodes.erase(std::remove_if(episodes.begin(), episodes.end(),
+                                  [](const auto& e) { return e.failed() || e.tokens.size() < 2; }),
+                   episodes.end());
+    if (episodes.empty()) {
+      ++failed;
+      continue;
+    }
     // Deterministic mode: (group, sample index) order, not arrival order (episode ids encode both there).
     if (config_.run.deterministic)
       std::sort(episodes.begin(), episodes.end(), [](const auto& a, const auto& b) { return a.episode_id < b.episode_id; });
@@ -251,7 +413,6 @@ std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t&
     ++taken;
     ++staleness_step_.taken_groups;
     for (auto& e : episodes) {
-      if (!e.error.empty() || e.tokens.size() < 2) continue;
       for (std::int32_t v : e.versions)
         if (v >= 0) staleness_step_.add_tokens(version_ - v, 1);
       batch_storage_.push_back(std::move(e));
@@ -569,6 +730,7 @@ void Learner::save_checkpoint_now(double reward_mean) {
   state.reward_mean = reward_mean;
   state.staleness = staleness_;
   state.rng_states = rng_states_;
+  state.coordinator_books = coordinator_->books_json();
   checkpoints_->save(*policy_, *optimizer_, state, value_head_module());
 }
 
@@ -682,6 +844,8 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
        << " | |logp gap| " << std::setprecision(3) << st.behaviour_gap << " iw " << 1.0 + st.importance_weight_mean
        << " | eta " << format_duration(per_step * static_cast<double>(config_.optim.total_steps - st.step - 1));
   if (st.dropped_groups) line << " | dropped " << st.dropped_groups << " stale groups";
+  if (st.env_failures)
+    line << " | env failures " << st.env_failures << " (" << st.failed_groups << " groups left with nothing to train on)";
   if (value_head_)
     line << std::setprecision(3) << " | value loss " << st.value_loss << " ev " << std::setprecision(2)
          << st.explained_variance;
@@ -692,6 +856,8 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
   m.set("learner.reward_mean", st.reward_mean);
   m.set("learner.staleness_mean", st.staleness_mean);
   m.add("learner.dropped_groups", static_cast<double>(st.dropped_groups));
+  m.add("learner.failed_groups", static_cast<double>(st.failed_groups));
+  m.add("learner.step_env_failures", static_cast<double>(st.env_failures));
   m.add("learner.generated_tokens", static_cast<double>(st.generated_tokens));
   m.record("learner.update_s", st.update_s);
   m.set("learner.kl", st.kl);
@@ -705,11 +871,13 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
 
 void Learner::run(runtime::StopCoordinator& stop) {
   const double started = now_s();
+  stop_ = &stop;
   if (coordinator_) {
     std::printf("evaluating the base policy on %lld held-out episodes per family...\n",
                 static_cast<long long>(config_.rollout.eval_episodes));
     std::fflush(stdout);
-    serve_while([&] { return coordinator_->phase() == TaskCoordinator::Phase::EvalBefore && !stop.should_stop(); });
+    serve_while([&] { return coordinator_->phase() == TaskCoordinator::Phase::EvalBefore && !stop.should_stop(); },
+                true);
   }
   // A resumed run's actors still hold the starting weights: send them ours first.
   if (version_ > 0) publish_weights();
@@ -717,28 +885,44 @@ void Learner::run(runtime::StopCoordinator& stop) {
   const std::int64_t first_step = step_;
   double last_reward = 0;
   while (step_ < config_.optim.total_steps && !stop.should_stop()) {
-    std::int64_t dropped = 0, taken = 0;
+    std::int64_t dropped = 0, taken = 0, failed = 0;
     std::vector<const rollout::Trajectory*> batch;
-    serve_while([&] {
-      if (stop.should_stop()) return false;
-      batch = take_ready_groups(dropped, taken);
-      return batch.empty() && taken + dropped == 0;
-    });
+    serve_while(
+        [&] {
+          if (stop.should_stop()) return false;
+          batch = take_ready_groups(dropped, taken, failed);
+          return batch.empty() && taken + dropped + failed == 0;
+        },
+        true);
     if (stop.should_stop()) break;
+    // [taken, stale, failed, trainable episodes, failure records] over every
+    // learner: all of them step, or none does (a round of only failed or stale groups).
+    double counts[5] = {static_cast<double>(taken), static_cast<double>(dropped), static_cast<double>(failed),
+                        static_cast<double>(batch.size()), static_cast<double>(failure_records_)};
+    if (learners_ > 1) learner_comm_.allreduce_sum(counts, 5, comm::DataType::Float64, config_.cluster.message_timeout_s);
+    if (counts[3] == 0) {
+      // No step from zero episodes: new groups replace these (nothing is published or saved).
+      telemetry::metrics().add("learner.empty_rounds");
+      if (coordinator_)
+        coordinator_->on_empty_round(static_cast<std::int64_t>(counts[0]),
+                                     static_cast<std::int64_t>(counts[1] + counts[2]));
+      continue;
+    }
     // While this learner computes, its actors' work requests and
     // trajectories keep being answered and taken in (asynchronous mode
     // overlaps generation with the update only if the actors are fed).
     StepStats stats;
     serve_during([&] { stats = update(batch); });
-    stats.dropped_groups = dropped;
-    double counts[2] = {static_cast<double>(taken), static_cast<double>(dropped)};
-    if (learners_ > 1) learner_comm_.allreduce_sum(counts, 2, comm::DataType::Float64, config_.cluster.message_timeout_s);
+    stats.dropped_groups = static_cast<std::int64_t>(counts[1]);
+    stats.failed_groups = static_cast<std::int64_t>(counts[2]);
+    stats.env_failures = static_cast<std::int64_t>(counts[4]);
     ++step_;
     ++version_;
     check_learners_agree();
     const bool done = step_ >= config_.optim.total_steps;
     if (coordinator_)
-      coordinator_->on_step(static_cast<std::int64_t>(counts[0]), static_cast<std::int64_t>(counts[1]), version_, done);
+      coordinator_->on_step(static_cast<std::int64_t>(counts[0]), static_cast<std::int64_t>(counts[1] + counts[2]),
+                            version_, done);
     if (step_ % config_.sync.interval == 0 || done) publish_weights();
     report(stats, now_s() - training_started, first_step);
     write_metrics_line();
@@ -763,7 +947,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
     std::printf("evaluating the trained policy (version %lld)...\n", static_cast<long long>(version_));
   }
   std::fflush(stdout);
-  serve_while([&] { return coordinator_->phase() != TaskCoordinator::Phase::Done && !stop.should_stop(); });
+  serve_while([&] { return coordinator_->phase() != TaskCoordinator::Phase::Done && !stop.should_stop(); }, true);
   coordinator_->finish_actors();
   // The actors finish what they started after `finished`; learner 0 is the
   // last to let go of the world, so it waits for its episodes last.

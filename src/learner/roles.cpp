@@ -72,7 +72,9 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
       sync::WeightReceiver receiver(sync_comm, sync::module_weight_views(*policy),
                                     sync::sync_options(config.sync, config.cluster.message_timeout_s));
+      telemetry::MetricsReporter reporter(mailbox, config.telemetry.metrics_interval_s);
       while (!receiver.closed()) {
+        reporter.maybe_send();
         if (receiver.poll()) receiver.apply();
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
@@ -94,6 +96,11 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
         stop.request_stop("training complete");
       } else {
         wait_for_stop(stop, final_wait_s, world.role_label());
+      }
+      if (!learner.job_failure().empty()) {
+        std::fprintf(stderr, "moerl: the job stopped on rank %d (%s): %s\n", world.rank(), world.role_label().c_str(),
+                     learner.job_failure().c_str());
+        return runtime::kJobFailedExitStatus;
       }
       return 0;
     }

@@ -1,11 +1,15 @@
 #include "moerl/learner/task_coordinator.h"
 
+#include <spdlog/spdlog.h>
+
 #include <iomanip>
 #include <sstream>
 
 #include "moerl/core/hash.h"
 #include "moerl/core/json_writer.h"
 #include "moerl/env/task_mix.h"
+#include "moerl/runtime/mailbox.h"
+#include "moerl/telemetry/metrics.h"
 
 namespace moerl::learner {
 namespace {
@@ -18,7 +22,8 @@ constexpr std::uint64_t kEvalSeedBase = 1ull << 40;
 TaskCoordinator::TaskCoordinator(const config::Config& config, runtime::Mailbox& mailbox, int learners,
                                  std::vector<int> actor_ranks)
     : config_(config), mailbox_(mailbox), learners_(learners), actors_(std::move(actor_ranks)),
-      assigned_episodes_(static_cast<size_t>(learners), 0) {
+      assigned_episodes_(static_cast<size_t>(learners), 0),
+      breaker_(config.env.breaker_failures, config.env.breaker_cooldown_s) {
   next_seed_ = static_cast<std::uint64_t>(config.run.seed) * 1000003ull;
   start_evaluation(0);
 }
@@ -69,11 +74,13 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
   if (phase_ != Phase::Train) return groups;
   const int group_size = static_cast<int>(config_.rollout.group_size);
   std::int64_t allowed = train_groups_allowed();
+  const std::set<std::string> paused = breaker_.paused(runtime::monotonic_seconds());
+  if (paused.size() >= config_.env.families.size()) return groups;
   while (allowed > 0 && free_slots >= group_size) {
     rollout::TaskGroup g;
     g.group_id = next_group_++;
     const std::uint64_t seed = next_seed_++;
-    g.task = env::make_task(config_, env::pick_family(config_, mix64(seed)), seed);
+    g.task = env::make_task(config_, env::pick_family(config_, mix64(seed), paused), seed);
     g.size = group_size;
     g.min_version = std::max(min_version_floor_, config_.sync.asynchronous ? std::int64_t{0} : policy_version);
     groups.push_back(g);
@@ -106,10 +113,32 @@ void TaskCoordinator::serve(std::int64_t policy_version) {
 void TaskCoordinator::record_evaluation(const rollout::Trajectory& episode) {
   auto& table = phase_ == Phase::EvalBefore ? before_ : after_;
   FamilyScore& score = table[episode.task.family];
-  ++score.episodes;
-  score.successes += episode.success;
-  score.reward += episode.reward;
+  if (episode.failed()) {
+    ++score.env_failures;
+    record_failure(episode);
+  } else {
+    ++score.episodes;
+    score.successes += episode.success;
+    score.reward += episode.reward;
+  }
   if (--eval_outstanding_ <= 0) phase_ = phase_ == Phase::EvalBefore ? Phase::Train : Phase::Done;
+}
+
+void TaskCoordinator::record_training_failure(const rollout::Trajectory& record) { record_failure(record); }
+
+void TaskCoordinator::record_failure(const rollout::Trajectory& record) {
+  const std::string& family = record.task.family;
+  failures_.add(family, env::failure_reason_name(record.failure));
+  telemetry::metrics().add("learner.env_failures." + family + "." + env::failure_reason_name(record.failure));
+  if (!breaker_.on_failure(family, record.failure_streak, record.error, runtime::monotonic_seconds())) return;
+  telemetry::metrics().add("learner.family_pauses." + family);
+  spdlog::warn("env: family '{}' paused for {} s ([env] breaker_cooldown_s): actor {} saw {} sessions in a row fail "
+               "for good ([env] breaker_failures); the last: {}",
+               family, config_.env.breaker_cooldown_s, record.actor, record.failure_streak, record.error);
+}
+
+bool TaskCoordinator::all_families_paused() const {
+  return breaker_.paused(runtime::monotonic_seconds()).size() >= config_.env.families.size();
 }
 
 void TaskCoordinator::on_step(std::int64_t groups_consumed, std::int64_t groups_dropped, std::int64_t policy_version,
@@ -131,6 +160,11 @@ void TaskCoordinator::on_step(std::int64_t groups_consumed, std::int64_t groups_
   }
 }
 
+void TaskCoordinator::on_empty_round(std::int64_t groups_consumed, std::int64_t groups_dropped) {
+  in_flight_ -= groups_consumed + groups_dropped;
+  if (!config_.sync.asynchronous) assigned_this_step_ -= groups_consumed + groups_dropped;
+}
+
 void TaskCoordinator::finish_actors() {
   if (finished_sent_) return;
   // Actors with a request pending get the answer now; the others get it unasked.
@@ -148,8 +182,12 @@ void TaskCoordinator::finish_actors() {
 
 std::string TaskCoordinator::evaluation_table() const {
   std::ostringstream out;
+  int env_failures = 0;
+  for (const auto* table : {&before_, &after_})
+    for (const auto& [family, score] : *table) env_failures += score.env_failures;
   out << std::left << std::setw(12) << "family" << std::setw(20) << "success before" << std::setw(20)
-      << "success after" << std::setw(18) << "reward before" << "reward after\n";
+      << "success after" << std::setw(18) << "reward before" << (env_failures ? std::setw(18) : std::setw(0))
+      << "reward after" << (env_failures ? "env failures before/after" : "") << "\n";
   for (const std::string& family : config_.env.families) {
     const FamilyScore b = before_.count(family) ? before_.at(family) : FamilyScore{};
     const FamilyScore a = after_.count(family) ? after_.at(family) : FamilyScore{};
@@ -157,24 +195,68 @@ std::string TaskCoordinator::evaluation_table() const {
     sb << std::fixed << std::setprecision(0) << 100 * b.success_rate() << "% (" << b.successes << "/" << b.episodes << ")";
     sa << std::fixed << std::setprecision(0) << 100 * a.success_rate() << "% (" << a.successes << "/" << a.episodes << ")";
     out << std::left << std::setw(12) << family << std::setw(20) << sb.str() << std::setw(20) << sa.str()
-        << std::setw(18) << std::fixed << std::setprecision(3) << b.mean_reward() << a.mean_reward() << "\n";
+        << std::setw(18) << std::fixed << std::setprecision(3) << b.mean_reward();
+    if (env_failures) {
+      out << std::setw(18) << a.mean_reward() << b.env_failures << "/" << a.env_failures << "\n";
+    } else {
+      out << a.mean_reward() << "\n";
+    }
   }
+  if (failures_.total() > 0)
+    out << "sessions whose environment failed for good (training and evaluation): " << failures_.describe() << "\n";
   return out.str();
+}
+
+namespace {
+
+void write_scores(JsonWriter& json, const std::map<std::string, FamilyScore>& table) {
+  json.begin_object();
+  for (const auto& [family, score] : table)
+    json.key(family).begin_object().key("success").value(score.success_rate()).key("reward").value(score.mean_reward())
+        .key("episodes").value(score.episodes).key("successes").value(score.successes)
+        .key("reward_sum").value(score.reward).key("env_failures").value(score.env_failures).end_object();
+  json.end_object();
+}
+
+std::map<std::string, FamilyScore> read_scores(const JsonValue& value) {
+  std::map<std::string, FamilyScore> table;
+  for (const auto& [family, entry] : value.as_object()) {
+    FamilyScore& score = table[family];
+    score.episodes = static_cast<int>(entry.at("episodes").as_number());
+    score.successes = static_cast<int>(entry.at("successes").as_number());
+    score.reward = entry.at("reward_sum").as_number();
+    score.env_failures = static_cast<int>(entry.at("env_failures").as_number());
+  }
+  return table;
+}
+
+}  // namespace
+
+std::string TaskCoordinator::books_json() const {
+  JsonWriter json;
+  json.begin_object().key("before");
+  write_scores(json, before_);
+  json.key("env_failures");
+  failures_.write_json(json);
+  json.end_object();
+  return json.str();
+}
+
+void TaskCoordinator::restore_books(const std::string& text) {
+  const JsonValue books = JsonValue::parse(text);
+  before_ = read_scores(books.at("before"));
+  failures_ = FailureTally::from_json(books.at("env_failures"));
 }
 
 std::string TaskCoordinator::summary_json(std::int64_t steps, double wall_s) const {
   JsonWriter json;
-  auto write_table = [&](const std::map<std::string, FamilyScore>& table) {
-    json.begin_object();
-    for (const auto& [family, score] : table)
-      json.key(family).begin_object().key("success").value(score.success_rate()).key("reward").value(score.mean_reward())
-          .key("episodes").value(score.episodes).end_object();
-    json.end_object();
-  };
   json.begin_object().key("before");
-  write_table(before_);
+  write_scores(json, before_);
   json.key("after");
-  write_table(after_);
+  write_scores(json, after_);
+  json.key("env_failures");
+  failures_.write_json(json);
+  json.key("family_pauses").value(breaker_.pauses());
   json.key("steps").value(steps).key("wall_s").value(wall_s).end_object();
   return json.str();
 }

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "moerl/core/hash.h"
@@ -44,6 +46,16 @@ std::uint64_t canonical_session_seed(std::int64_t run_seed, std::uint64_t task_s
 }
 
 }  // namespace
+
+double env_reply_deadline_s(const config::Config& config, int turns) {
+  const config::EnvSection& e = config.env;
+  const bool external = std::find(e.families.begin(), e.families.end(), "external") != e.families.end();
+  const double startup = external ? config.env_external.startup_timeout_s : 0.0;
+  const double attempt = e.timeout_s * (1.0 + turns) + startup;
+  double backoffs = 0;
+  for (std::int64_t retry = 0; retry < e.max_retries; ++retry) backoffs += e.retry_backoff_s * std::pow(2.0, retry);
+  return static_cast<double>(e.max_retries + 1) * attempt + backoffs + config.cluster.message_timeout_s;
+}
 
 Actor::Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
              comm::Communicator& sync_comm)
@@ -102,7 +114,7 @@ void Actor::start_waiting_groups() {
       t.moe_layers = static_cast<std::int32_t>(moe_layers_);
       t.top_k = static_cast<std::int32_t>(top_k_);
       env_.open(episode.id, group.task);
-      episodes_.emplace(episode.id, std::move(episode));
+      expect_env_reply(episodes_.emplace(episode.id, std::move(episode)).first->second);
     }
   }
 }
@@ -145,16 +157,16 @@ void Actor::on_env_reply(const env::EnvReply& reply) {
   if (it == episodes_.end()) return;  // an episode already finished (e.g. its env failed)
   Episode& episode = it->second;
   if (!reply.ok) {
-    telemetry::metrics().add("actor.env_failures");
-    finish(episode, reply.error);
+    fail(episode, reply.failure, reply.error, reply.attempts);
     return;
   }
   if (reply.kind == env::RequestKind::Step) {
+    ++episode.turns;
     episode.trajectory.turn_rewards.push_back(static_cast<float>(reply.reward));
     episode.trajectory.reward += reply.reward;
     episode.trajectory.success = reply.success;
     if (reply.done) {
-      finish(episode, "");
+      finish(episode);
       return;
     }
   }
@@ -176,17 +188,81 @@ void Actor::on_turn(std::uint64_t id) {
   telemetry::metrics().add("rollout.generated_tokens", static_cast<double>(turn.tokens.size()));
   if (turn.episode_over) {
     t.truncated = true;
-    finish(episode, "");
+    finish(episode);
     return;
   }
   episode.needs_end_of_turn = turn.tokens.empty() || turn.tokens.back() != format_.end_of_turn_id();
-  episode.waiting_env = true;
   env_.step(id, action);
+  expect_env_reply(episode);
 }
 
-void Actor::finish(Episode& episode, const std::string& error) {
+void Actor::expect_env_reply(Episode& episode) {
+  episode.waiting_env = true;
+  episode.reply_due_s = runtime::monotonic_seconds() + env_reply_deadline_s(config_, episode.turns);
+}
+
+void Actor::fail_overdue_sessions() {
+  // Checked a few times a second: deadlines are seconds long.
+  const double now = runtime::monotonic_seconds();
+  if (now < next_overdue_check_s_) return;
+  next_overdue_check_s_ = now + 0.25;
+  std::vector<std::uint64_t> overdue;
+  for (const auto& [id, episode] : episodes_)
+    if (episode.waiting_env && now > episode.reply_due_s) overdue.push_back(id);
+  for (std::uint64_t id : overdue) {
+    Episode& episode = episodes_.at(id);
+    const double waited = env_reply_deadline_s(config_, episode.turns);
+    fail(episode, env::FailureReason::FailureNoReply,
+         "session " + std::to_string(id) + ": env worker rank " + std::to_string(env_.worker_of(id)) +
+             " did not answer within " + std::to_string(static_cast<int>(waited)) + " s (turn " +
+             std::to_string(episode.turns) + ")",
+         0);
+  }
+}
+
+void Actor::fail(Episode& episode, env::FailureReason reason, const std::string& error, int attempts) {
   Trajectory& t = episode.trajectory;
+  const std::string family = t.task.family;
+  t.failure = reason == env::FailureReason::FailureNone ? env::FailureReason::FailureCrashed : reason;
   t.error = error;
+  t.failure_turn = episode.turns;
+  t.failure_attempts = attempts;
+  t.failure_streak = ++failure_streaks_[family];
+  t.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - episode.started).count();
+  // A failure record carries nothing to train on.
+  t.tokens.clear();
+  t.generated.clear();
+  t.behaviour_logprobs.clear();
+  t.versions.clear();
+  t.routing.clear();
+  t.turn_rewards.clear();
+  t.moe_layers = t.top_k = 0;
+  t.reward = 0;
+  t.success = t.truncated = false;
+  if (engine_.has_session(episode.id)) engine_.remove_session(episode.id);
+  telemetry::metrics().add("actor.env_failures");
+  telemetry::metrics().add("actor.env_failures." + family + "." + env::failure_reason_name(t.failure));
+  spdlog::warn("actor {}: {} session {} (seed {}) failed at turn {} ({}): {}", world_.role_index(), family,
+               episode.id, t.task.seed, t.failure_turn, env::failure_reason_name(t.failure), error);
+  env_.close(episode.id);
+  send_episode(t);
+  episodes_.erase(episode.id);
+}
+
+void Actor::send_episode(Trajectory& t) {
+  const int learner = static_cast<int>(t.group_id % static_cast<std::uint64_t>(world_.layout().count(runtime::Role::Learner)));
+  // Evaluation episodes go to learner 0, which keeps the before/after table;
+  // so do failure records, for the run's failure books.
+  const int destination = t.evaluation ? runtime::RankLayout::kCoordinatorRank : learner;
+  mailbox_.send(destination, t);
+  if (t.failed() && destination != runtime::RankLayout::kCoordinatorRank)
+    mailbox_.send(runtime::RankLayout::kCoordinatorRank, t);
+  telemetry::metrics().add(t.evaluation ? "actor.eval_episodes" : "actor.episodes");
+}
+
+void Actor::finish(Episode& episode) {
+  Trajectory& t = episode.trajectory;
+  failure_streaks_[t.task.family] = 0;
   t.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - episode.started).count();
   if (engine_.has_session(episode.id)) {
     // The context budget can end an episode with a prompt the engine never
@@ -198,7 +274,7 @@ void Actor::finish(Episode& episode, const std::string& error) {
       t.behaviour_logprobs.resize(fed + 1);
       t.versions.resize(fed + 1);
     }
-    if (moe_layers_ > 0 && error.empty()) {
+    if (moe_layers_ > 0) {
       const torch::Tensor routing = engine_.context_routing(episode.id);  // [fed, layers, k]
       if (routing.size(0) == static_cast<std::int64_t>(t.tokens.size()) - 1) {
         const torch::Tensor bytes = routing.to(torch::kUInt8).contiguous();
@@ -215,14 +291,11 @@ void Actor::finish(Episode& episode, const std::string& error) {
     t.moe_layers = t.top_k = 0;
   }
   if (spdlog::should_log(spdlog::level::debug)) {
-    spdlog::debug("episode {} ({} seed {}, reward {}, {}): {}", t.episode_id, t.task.family, t.task.seed, t.reward,
-                  error.empty() ? "ok" : error, format_.debug_text(t.tokens));
+    spdlog::debug("episode {} ({} seed {}, reward {}): {}", t.episode_id, t.task.family, t.task.seed, t.reward,
+                  format_.debug_text(t.tokens));
   }
   env_.close(episode.id);
-  const int learner = static_cast<int>(t.group_id % static_cast<std::uint64_t>(world_.layout().count(runtime::Role::Learner)));
-  // Evaluation episodes go to learner 0, which keeps the before/after table.
-  mailbox_.send(t.evaluation ? runtime::RankLayout::kCoordinatorRank : learner, t);
-  telemetry::metrics().add(t.evaluation ? "actor.eval_episodes" : "actor.episodes");
+  send_episode(t);
   episodes_.erase(episode.id);
 }
 
@@ -246,6 +319,7 @@ void Actor::run(runtime::StopCoordinator& stop) {
     if (auto assignment = mailbox_.try_receive<TaskAssignment>(runtime::RankLayout::kCoordinatorRank))
       take_assignment(assignment->second);
     while (auto reply = env_.poll()) on_env_reply(*reply);
+    fail_overdue_sessions();
     if (engine_.has_work()) {
       for (std::uint64_t id : engine_.step()) on_turn(id);
     } else if (finished_ && episodes_.empty() && waiting_groups_.empty()) {

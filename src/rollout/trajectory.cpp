@@ -63,8 +63,12 @@ void Trajectory::encode(runtime::ByteWriter& w) const {
   w.put(reward);
   w.put<std::uint8_t>(success);
   w.put<std::uint8_t>(truncated);
-  w.put_string(error);
   w.put(wall_s);
+  w.put<std::uint8_t>(static_cast<std::uint8_t>(failure));
+  w.put_string(error);
+  w.put(failure_turn);
+  w.put(failure_attempts);
+  w.put(failure_streak);
 }
 
 Trajectory Trajectory::decode(runtime::ByteReader& r) {
@@ -85,15 +89,28 @@ Trajectory Trajectory::decode(runtime::ByteReader& r) {
   t.reward = r.get<double>();
   t.success = r.get<std::uint8_t>() != 0;
   t.truncated = r.get<std::uint8_t>() != 0;
-  t.error = r.get_string();
   t.wall_s = r.get<double>();
+  t.failure = env::read_failure_reason(r);
+  t.error = r.get_string();
+  t.failure_turn = r.get<std::int32_t>();
+  t.failure_attempts = r.get<std::int32_t>();
+  t.failure_streak = r.get<std::int32_t>();
+  if (t.failed() && !t.tokens.empty())
+    throw runtime::WireError("trajectory: a failure record (" + std::string(env::failure_reason_name(t.failure)) +
+                             ") carries " + std::to_string(t.tokens.size()) + " tokens");
+  if (!t.failed() && !t.error.empty()) throw runtime::WireError("trajectory: an error text without a failure reason");
   const size_t n = t.tokens.size();
   if (t.generated.size() != n || t.behaviour_logprobs.size() != n || t.versions.size() != n)
-    throw runtime::WireError("trajectory arrays disagree in length (" + std::to_string(n) + " tokens)");
+    throw runtime::WireError("trajectory fields generated/behaviour_logprobs/versions disagree in length with tokens (" +
+                             std::to_string(t.generated.size()) + "/" + std::to_string(t.behaviour_logprobs.size()) +
+                             "/" + std::to_string(t.versions.size()) + " vs " + std::to_string(n) + ")");
   const size_t per_position = static_cast<size_t>(std::max(0, t.moe_layers)) * static_cast<size_t>(std::max(0, t.top_k));
   if (per_position && n > 0 && t.routing.size() != (n - 1) * per_position)
-    throw runtime::WireError("trajectory routing holds " + std::to_string(t.routing.size()) + " entries, expected " +
-                             std::to_string((n - 1) * per_position));
+    throw runtime::WireError("trajectory field routing holds " + std::to_string(t.routing.size()) +
+                             " entries, expected " + std::to_string((n - 1) * per_position));
+  if (!per_position && !t.routing.empty())
+    throw runtime::WireError("trajectory field routing holds " + std::to_string(t.routing.size()) +
+                             " entries without moe_layers and top_k");
   return t;
 }
 

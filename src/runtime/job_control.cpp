@@ -13,12 +13,33 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 
+constexpr int kMaxAbortCleanups = 8;
+std::atomic<void (*)()> g_abort_cleanups[kMaxAbortCleanups] = {};
+
+void run_abort_cleanups() {
+  for (auto& slot : g_abort_cleanups)
+    if (void (*cleanup)() = slot.load()) cleanup();
+}
+
 extern "C" void on_stop_signal(int signal_number) {
-  // A second signal while stopping means "now": leave without cleanup.
-  if (g_stop_signal.exchange(signal_number) != 0) std::_Exit(128 + signal_number);
+  // A second signal while stopping means "now": leave without the clean stop
+  // (only the async-signal-safe cleanups run).
+  if (g_stop_signal.exchange(signal_number) != 0) {
+    run_abort_cleanups();
+    std::_Exit(128 + signal_number);
+  }
 }
 
 }  // namespace
+
+void add_abort_cleanup(void (*cleanup)()) {
+  for (auto& slot : g_abort_cleanups) {
+    void (*current)() = slot.load();
+    if (current == cleanup) return;
+    if (current == nullptr && slot.compare_exchange_strong(current, cleanup)) return;
+    if (current == cleanup) return;
+  }
+}
 
 void install_stop_signal_handlers() {
   struct sigaction action {};
@@ -80,6 +101,7 @@ void abort_job(const std::string& role_label, const std::string& what, int statu
                rank, role_label.empty() ? "no role yet" : role_label.c_str(), what.c_str());
   std::fflush(stderr);
   flush_logs();
+  run_abort_cleanups();
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
   std::_Exit(status);
 }

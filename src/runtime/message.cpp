@@ -48,7 +48,7 @@ namespace {
   std::ostringstream out;
   out << "malformed " << message_type_name(expected) << " message from rank " << source << ": "
       << problem;
-  throw MessageError(out.str());
+  throw MessageError(out.str(), source);
 }
 
 }  // namespace

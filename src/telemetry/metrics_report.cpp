@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "moerl/core/json_value.h"
 #include "moerl/core/json_writer.h"
 
 namespace moerl::telemetry {
@@ -158,6 +159,40 @@ JsonLinesFile::JsonLinesFile(const std::string& path) : path_(path) {
   if (!parent.empty()) std::filesystem::create_directories(parent);
   file_.open(path, std::ios::app);
   if (!file_) throw Error("cannot open metrics file '" + path + "' for appending");
+}
+
+std::int64_t keep_lines_through_step(const std::string& path, std::int64_t step) {
+  std::ifstream in(path);
+  if (!in) return 0;
+  std::string kept, line;
+  std::int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    bool keep = false;
+    try {
+      const JsonValue* at = nullptr;
+      const JsonValue value = JsonValue::parse(line);
+      if (value.is_object()) at = value.find("step");
+      keep = at != nullptr && at->as_number() <= static_cast<double>(step);
+    } catch (const JsonError&) {
+      keep = false;  // a line cut short by a crash
+    }
+    if (keep) {
+      kept += line + "\n";
+    } else {
+      ++dropped;
+    }
+  }
+  in.close();
+  if (dropped == 0) return 0;
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << kept;
+    out.flush();
+    if (!out) throw Error("cannot rewrite metrics file '" + path + "' (writing '" + temporary + "')");
+  }
+  std::filesystem::rename(temporary, path);
+  return dropped;
 }
 
 void JsonLinesFile::append(const std::string& line) {

@@ -186,7 +186,8 @@ TEST_CASE("a step that keeps failing ends the session with a recorded error", "[
   CHECK_FALSE(reply.ok);
   CHECK(reply.done);
   CHECK(reply.attempts == 3);
-  CHECK_THAT(reply.error, Catch::Contains("session 5: step failed after 3 attempts: injected crash"));
+  CHECK_THAT(reply.error, Catch::Contains("session 5: step failed after 3 attempts (crashed): injected crash"));
+  CHECK(reply.failure == FailureReason::FailureCrashed);
   // The session is over; further steps are refused, close still works.
   step.request_id = 3;
   host.submit(step);

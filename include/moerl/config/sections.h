@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ struct ClusterSection {
   std::int64_t threads_per_rank = 0;     // compute threads; 0 = cores / ranks on this host
   double message_timeout_s = 60.0;       // longest wait for any expected message
   double shutdown_timeout_s = 10.0;      // how long a clean stop may take before abort
+  std::int64_t malformed_message_limit = 5;  // malformed messages from one rank before the job stops
 };
 
 // QK-norm variants: per head over head_dim (Qwen3-MoE), or over the whole
@@ -123,6 +125,10 @@ struct EnvSection {
   std::int64_t max_retries = 2;         // retries of a failed or timed-out step
   double retry_backoff_s = 0.1;         // pause before the first retry; doubles each retry
   std::string archive_dir = "";         // session snapshots; "" = <run dir>/archive/env
+  double reward_min = -std::numeric_limits<double>::infinity();  // rewards outside [min, max] fail the attempt
+  double reward_max = std::numeric_limits<double>::infinity();
+  std::int64_t breaker_failures = 8;    // consecutive failed sessions of a family that pause it; 0 = never
+  double breaker_cooldown_s = 60.0;     // a paused family is drawn from again after this long
 };
 
 // [env.<family>]: per-family overrides of [env] (0 / "inherit" = use [env]).

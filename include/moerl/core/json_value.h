@@ -18,12 +18,18 @@ class JsonError : public Error {
   using Error::Error;
 };
 
+// Strict RFC 8259 numbers, or also the NaN, Infinity and -Infinity that
+// Python's json module writes by default (so that an environment's non-finite
+// reward is reported as such, not as unparsable text).
+enum class JsonNumbers { JsonNumbersStrict, JsonNumbersPythonNonFinite };
+
 class JsonValue {
  public:
   enum class Kind { Null, Boolean, Number, String, Array, Object };
 
   JsonValue() = default;
-  static JsonValue parse(const std::string& text);  // throws JsonError with the offset
+  // Throws JsonError with the offset.
+  static JsonValue parse(const std::string& text, JsonNumbers numbers = JsonNumbers::JsonNumbersStrict);
 
   Kind kind() const { return kind_; }
   bool is_null() const { return kind_ == Kind::Null; }

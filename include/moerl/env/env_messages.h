@@ -11,6 +11,8 @@ namespace moerl::env {
 // A TaskSpec on the wire (env requests, trajectories, session snapshots).
 void write_task(runtime::ByteWriter& w, const TaskSpec& task);
 TaskSpec read_task(runtime::ByteReader& r);
+// A FailureReason byte; WireError on a value outside the enum.
+FailureReason read_failure_reason(runtime::ByteReader& r);
 
 struct EnvRequestMessage {
   static constexpr runtime::MessageType kType = runtime::MessageType::EnvRequest;

@@ -2,20 +2,25 @@
 // The `external` task family: a user program speaking the JSON-lines
 // protocol of docs/external_env.md on its stdin/stdout. One process per
 // session, started on open(); anything it does wrong (exits, stalls, writes
-// invalid JSON or wrong fields) becomes an ExternalEnvError, which the env
-// worker answers by restarting the process and replaying the session.
+// invalid JSON, another request's id or wrong fields, refuses) becomes an
+// ExternalEnvError with its FailureReason, which the env worker answers by
+// restarting the process and replaying the session. Actions are sent as valid
+// UTF-8 (ill-formed bytes of the model's text become U+FFFD).
 
 #include <memory>
 #include <string>
 
 #include "moerl/env/child_process.h"
+#include "moerl/env/env_failure.h"
 #include "moerl/env/environment.h"
 
 namespace moerl::env {
 
-class ExternalEnvError : public Error {
+// Every failure of an external environment, with the reason the env worker
+// counts it under (env_failure.h).
+class ExternalEnvError : public EnvironmentFailure {
  public:
-  using Error::Error;
+  using EnvironmentFailure::EnvironmentFailure;
 };
 
 struct ExternalEnvOptions {

@@ -4,11 +4,18 @@
 // retry and recovery logic is tested directly.
 //
 // Requests for different sessions run concurrently on a thread pool; those
-// for one session run in order. A step that throws or overruns [env]
-// timeout_s is retried after a backoff on a fresh environment that is opened
-// again and replays the session's actions (sessions are deterministic), up to
-// [env] max_retries times; then the session ends with the error recorded in
-// its reply and in the env.failures counter. Nothing waits without a deadline.
+// for one session run in order. An attempt fails when the environment throws,
+// overruns its deadline ([env] timeout_s per step, plus [env.external]
+// startup_timeout_s for a fresh process) or answers with a reward that is
+// not finite or outside [env] reward_min..reward_max; open, step, snapshot and
+// restore all fail the same way. A failed attempt is retried after a backoff
+// on a fresh environment that is opened again and replays the session's
+// actions (sessions are deterministic), up to [env] max_retries times; then
+// the request ends the session with the error and its FailureReason in the
+// reply. Counters: env.retries.<family>[.<reason>],
+// env.failures.<family>[.<reason>], env.timeouts.<family>, and
+// env.invalid_utf8.<family> for observations whose ill-formed UTF-8 was
+// replaced by U+FFFD. Nothing waits without a deadline.
 
 #include <chrono>
 #include <cstdint>
@@ -22,6 +29,7 @@
 
 #include "moerl/config/sections.h"
 #include "moerl/core/thread_pool.h"
+#include "moerl/env/env_failure.h"
 #include "moerl/env/environment.h"
 #include "moerl/env/session_snapshot.h"
 
@@ -49,6 +57,7 @@ struct EnvReply {
   int client = -1;
   bool ok = true;           // false: the request failed; `error` says why (for a step: after retries)
   std::string error;
+  FailureReason failure = FailureReason::FailureNone;  // why, when !ok
   std::string observation;
   double reward = 0;
   bool done = false;        // the session is over (also true when a step failed for good)
@@ -94,8 +103,10 @@ class SessionHost {
   void start_next(Session& session);
   void launch(Session& session, EnvRequest request, int attempt_number);
   void finish(Session& session, const std::shared_ptr<Attempt>& attempt, std::vector<EnvReply>& out);
-  void give_up_or_retry(Session& session, const std::shared_ptr<Attempt>& attempt, const std::string& error,
-                        std::vector<EnvReply>& out);
+  void give_up_or_retry(Session& session, const std::shared_ptr<Attempt>& attempt, FailureReason reason,
+                        const std::string& error, std::vector<EnvReply>& out);
+  // What is wrong with a finished attempt's result (reward range), or an empty string.
+  std::string invalid_result(const Attempt& attempt) const;
   std::unique_ptr<Environment> make_environment(const std::string& family) const;
   EnvReply refuse(const EnvRequest& request, const std::string& error) const;
 

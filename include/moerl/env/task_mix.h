@@ -4,6 +4,7 @@
 // resolved from [env.<family>] over [env].
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 #include "moerl/config/config.h"
@@ -15,7 +16,9 @@ namespace moerl::env {
 TaskSpec make_task(const config::Config& config, const std::string& family, std::uint64_t seed);
 
 // A family drawn from [env] families by weight; `draw` is any 64-bit value
-// (e.g. a hash of the session number), so the mix is reproducible.
-std::string pick_family(const config::Config& config, std::uint64_t draw);
+// (e.g. a hash of the session number), so the mix is reproducible. Families
+// in `excluded` (paused ones) are not drawn; "" when every family is excluded.
+std::string pick_family(const config::Config& config, std::uint64_t draw,
+                        const std::set<std::string>& excluded = {});
 
 }  // namespace moerl::env

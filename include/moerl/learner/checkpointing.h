@@ -49,6 +49,7 @@ struct LearnerState {
   double reward_mean = 0;
   StalenessAccount staleness;
   std::vector<std::vector<std::uint8_t>> rng_states;  // [learner rank] torch CPU generator state
+  std::string coordinator_books; // JSON: the first evaluation and the failure counts (TaskCoordinator::books_json)
   std::string program_version;   // on load: the program that wrote the checkpoint
 };
 

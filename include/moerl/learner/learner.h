@@ -8,6 +8,16 @@
 // [sync] max_staleness versions are dropped (counted). Learner 0 also
 // coordinates the actors (TaskCoordinator) and publishes the weights every
 // [sync] interval steps.
+//
+// Failure records (sessions whose environment failed for good) complete
+// their group but are never trained on; a group left with no episode to
+// train on is dropped and replaced. A step never runs, publishes or saves
+// from zero trained tokens: the learners wait for data instead, and learner
+// 0's ProgressWatch stops the job cleanly (naming the silent ranks and the
+// failure counts) when nothing arrives for [cluster] message_timeout_s, as it
+// does when every task family is paused by the circuit breaker. A malformed
+// message is dropped with a warning; [cluster] malformed_message_limit of
+// them from one rank stop the job naming that rank.
 
 #include <torch/torch.h>
 
@@ -24,6 +34,7 @@
 #include "moerl/config/config.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/learner/episode_batch.h"
+#include "moerl/learner/progress_watch.h"
 #include "moerl/learner/task_coordinator.h"
 #include "moerl/learner/value_head.h"
 #include "moerl/model/policy.h"
@@ -47,6 +58,8 @@ struct StepStats {
   std::int64_t staleness_max = 0;
   std::int64_t staleness_tokens = 0;  // generated tokens behind staleness_mean
   std::int64_t dropped_groups = 0;    // too stale
+  std::int64_t failed_groups = 0;     // every episode a failure record: nothing to train on
+  std::int64_t env_failures = 0;      // failure records among the step's groups
   std::int64_t zero_variance_groups = 0;
   double loss = 0;
   double importance_weight_mean = 0;  // minus 1 (accumulated over micro-batches)
@@ -78,6 +91,10 @@ class Learner {
   // Called with every step's statistics, after the step (tests, benchmarks).
   void set_step_observer(std::function<void(const StepStats&)> observer) { step_observer_ = std::move(observer); }
 
+  // Why the job stopped on a failure it could not work around ("" when it
+  // did not): no progress, every family paused, repeated malformed messages.
+  const std::string& job_failure() const { return job_failure_; }
+
  private:
   struct EpisodeTargets;
   EpisodeTargets episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st);
@@ -96,9 +113,21 @@ class Learner {
   // the step's token counts, staleness and router check.
   void record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay, StepStats& st);
   void receive_episodes();
+  void take_episode(int source, rollout::Trajectory episode);
+  // `lost_episode`: the message was (or claimed to be) a training episode.
+  void drop_malformed(const runtime::MessageError& error, bool lost_episode);
+  void restore_books(const std::string& books);
+  // Records a failure that ends the job cleanly (any thread); serve_while acts on it.
+  void fail_job(const std::string& reason);
+  // Learner 0, while waiting for episodes: warnings, and fail_job on no progress or all families paused.
+  void watch_progress();
   void collect_metrics();
   void write_metrics_line();
-  std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken);
+  std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken,
+                                                           std::int64_t& failed);
+  // Groups that count as complete: all members arrived, or (after a malformed
+  // message was dropped) none arrived for message_timeout_s.
+  std::vector<std::uint64_t> complete_groups();
   void allreduce_gradients();
   void publish_weights();
   void save_checkpoint_now(double reward_mean);
@@ -113,7 +142,10 @@ class Learner {
   // training episodes held. Thread-safe (serve_during's helper calls it too).
   size_t serve_once();
   size_t held_episodes() const;  // training episodes received and not yet taken into a step
-  void serve_while(const std::function<bool()>& busy);
+  // Serves until busy() is false. `waits_for_episodes`: the wait is for data
+  // (a step's groups, an evaluation): the progress watch runs, and a job
+  // failure ends the wait early. Other waits (collectives) run to the end.
+  void serve_while(const std::function<bool()>& busy, bool waits_for_episodes = false);
   // Runs `work` (a step's computation) while a helper thread keeps serving.
   void serve_during(const std::function<void()>& work);
   // After the last step every learner takes in the rest of the training
@@ -142,8 +174,16 @@ class Learner {
   std::vector<std::vector<std::uint8_t>> rng_states_; // [learner] as of the last step boundary
   std::map<std::uint64_t, std::vector<rollout::Trajectory>> groups_;  // group id -> episodes received
   std::vector<rollout::Trajectory> batch_storage_;
+  std::int64_t failure_records_ = 0;                  // among the groups last taken
   std::mutex service_mutex_;                          // groups_, the mailbox polls, the coordinator
   std::int64_t received_episodes_ = 0;                // training episodes that reached this learner
+  std::map<std::uint64_t, double> group_last_arrival_;  // group id -> when its latest member arrived
+  std::map<int, std::int64_t> malformed_by_rank_;     // malformed messages dropped, per sender
+  std::int64_t unaccounted_members_ = 0;              // episodes lost in malformed messages
+  ProgressWatch watch_;
+  runtime::StopCoordinator* stop_ = nullptr;          // during run()
+  std::string pending_failure_;                       // fail_job() -> the main thread (under service_mutex_)
+  std::string job_failure_;
   std::function<void(const StepStats&)> step_observer_;
   std::unique_ptr<telemetry::MetricsReporter> reporter_;
   telemetry::MetricsAggregator aggregator_;            // learner 0: latest snapshot of every rank

@@ -14,6 +14,13 @@
 //
 // New weights arrive through a WeightReceiver polled between decode steps;
 // they are applied only between steps, so every token has exactly one version.
+//
+// A session whose environment fails for good (the env worker used up its
+// retries) or whose env worker does not answer within env_reply_deadline_s()
+// becomes a failure record instead of an episode: a Trajectory with empty
+// arrays, the FailureReason, turn, attempts and last error, sent to the
+// group's learner (which must see every member of the group) and to learner
+// 0 (which keeps the run's failure books and the per-family circuit breaker).
 
 #include <chrono>
 #include <deque>
@@ -34,6 +41,13 @@
 
 namespace moerl::rollout {
 
+// How long an actor waits for the env worker's answer to one request on a
+// session that has taken `turns` steps: the env worker's own worst case
+// (every attempt of [env] max_retries + 1 replays the session and may use
+// its whole deadline, plus the backoffs) and [cluster] message_timeout_s for
+// the messages. Past it the session fails with reason no_reply.
+double env_reply_deadline_s(const config::Config& config, int turns);
+
 class Actor {
  public:
   Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
@@ -49,7 +63,9 @@ class Actor {
     Trajectory trajectory;
     bool waiting_env = true;
     bool needs_end_of_turn = false;  // the last turn hit max tokens before its end-of-turn token
+    int turns = 0;                   // environment steps answered
     std::chrono::steady_clock::time_point started;
+    double reply_due_s = 0;          // monotonic time by which the env worker must answer (waiting_env)
   };
 
   void request_work();
@@ -58,7 +74,11 @@ class Actor {
   void on_env_reply(const env::EnvReply& reply);
   void on_turn(std::uint64_t id);
   void prompt_turn(Episode& episode, const std::string& observation, bool first);
-  void finish(Episode& episode, const std::string& error);
+  void finish(Episode& episode);
+  void fail(Episode& episode, env::FailureReason reason, const std::string& error, int attempts);
+  void send_episode(Trajectory& t);
+  void expect_env_reply(Episode& episode);
+  void fail_overdue_sessions();
   void apply_new_weights();
   int free_slots() const;
 
@@ -74,6 +94,8 @@ class Actor {
   std::uint64_t next_episode_ = 0;
   bool work_requested_ = false;
   bool finished_ = false;
+  std::map<std::string, int> failure_streaks_;  // family -> consecutive failed sessions
+  double next_overdue_check_s_ = 0;
   std::int64_t moe_layers_ = 0;
   std::int64_t top_k_ = 0;
 };

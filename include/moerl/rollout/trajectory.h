@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "moerl/env/env_failure.h"
 #include "moerl/env/environment.h"
 #include "moerl/runtime/message.h"
 
@@ -57,13 +58,23 @@ struct Trajectory {
   double reward = 0;                         // sum of turn rewards
   bool success = false;
   bool truncated = false;                    // the context budget ended it
-  std::string error;                         // the environment failed for good (recorded, not trained on)
   double wall_s = 0;                         // open to close
+  // A session that failed for good (its environment used up its retries, or
+  // the env worker never answered) travels as a failure record: the arrays
+  // are empty, learners count it and leave it (and its share of the group
+  // statistics) out of training.
+  env::FailureReason failure = env::FailureReason::FailureNone;
+  std::string error;                         // the last error, naming the session and environment
+  std::int32_t failure_turn = 0;             // environment turns completed before the failure
+  std::int32_t failure_attempts = 0;         // attempts of the request that failed
+  std::int32_t failure_streak = 0;           // the actor's consecutive failed sessions of this family, this one included
+  bool failed() const { return failure != env::FailureReason::FailureNone; }
   std::int32_t turns() const { return static_cast<std::int32_t>(turn_rewards.size()); }
   std::int32_t min_version() const;          // oldest version among generated tokens (-1 if none)
 
   void encode(runtime::ByteWriter& w) const;
-  static Trajectory decode(runtime::ByteReader& r);  // checks the arrays agree in length
+  // Checks the arrays agree in length, and that a failure record carries no tokens.
+  static Trajectory decode(runtime::ByteReader& r);
 };
 
 }  // namespace moerl::rollout

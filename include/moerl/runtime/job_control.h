@@ -46,8 +46,18 @@ class StopCoordinator {
 
 // Exit status used when a fatal error aborts the job.
 constexpr int kFatalErrorExitStatus = 1;
+// Exit status of a job that stopped cleanly (checkpoint saved, every rank
+// out) on a failure it could not work around: no progress, every task
+// family paused, repeated malformed messages from one rank.
+constexpr int kJobFailedExitStatus = 3;
 
-// Prints "moerl: fatal error on rank R (role): WHAT", flushes logs, aborts every rank.
+// A function abort paths run before the process goes (abort_job, a second
+// stop signal): it must be async-signal-safe (e.g. kill(2) of child process
+// groups). At most 8; registering the same function twice keeps one.
+void add_abort_cleanup(void (*cleanup)());
+
+// Prints "moerl: fatal error on rank R (role): WHAT", flushes logs, runs the
+// abort cleanups, aborts every rank.
 [[noreturn]] void abort_job(const std::string& role_label, const std::string& what,
                             int status = kFatalErrorExitStatus);
 

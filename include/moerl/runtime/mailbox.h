@@ -68,9 +68,9 @@ class Mailbox {
       r.expect_end();
       return message;
     } catch (const WireError& error) {
-      throw MessageError(std::string("malformed ") + message_type_name(M::kType) +
-                         " message from rank " + std::to_string(envelope.source) + ": " +
-                         error.what());
+      throw MessageError(std::string("malformed ") + message_type_name(M::kType) + " message from rank " +
+                             std::to_string(envelope.source) + ": " + error.what(),
+                         envelope.source);
     }
   }
   Envelope receive_probed(MessageType type, const MPI_Status& status);

@@ -48,9 +48,15 @@ constexpr std::uint16_t kMaxMessageType = 13;
 const char* message_type_name(MessageType type);
 bool is_known_message_type(std::uint16_t value);
 
+// A message that failed validation. source() is the MPI rank it came from
+// (-1 when unknown), so that a receiver can count bad messages per sender.
 class MessageError : public Error {
  public:
-  using Error::Error;
+  explicit MessageError(const std::string& what, int source = -1) : Error(what), source_(source) {}
+  int source() const { return source_; }
+
+ private:
+  int source_;
 };
 
 // A validated message: its type, sender and payload bytes.

@@ -40,6 +40,12 @@ class MetricsAggregator {
   std::map<int, MetricsSnapshot> latest_;
 };
 
+// A resumed run writes the steps after its checkpoint again: keeps the lines
+// of `path` whose "step" is at most `step` (a line that does not parse is
+// dropped too) and returns how many were dropped. Rewrites the file through a
+// temporary name and a rename; a missing file is left missing.
+std::int64_t keep_lines_through_step(const std::string& path, std::int64_t step);
+
 // Appends lines to a JSON-lines file, flushing each so a crash loses nothing written.
 class JsonLinesFile {
  public:
