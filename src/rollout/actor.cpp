@@ -242,8 +242,8 @@ void Actor::fail(Episode& episode, env::FailureReason reason, const std::string&
   if (engine_.has_session(episode.id)) engine_.remove_session(episode.id);
   telemetry::metrics().add("actor.env_failures");
   telemetry::metrics().add("actor.env_failures." + family + "." + env::failure_reason_name(t.failure));
-  spdlog::warn("actor {}: {} session {} (seed {}) failed at turn {} ({}): {}", world_.role_index(), family,
-               episode.id, t.task.seed, t.failure_turn, env::failure_reason_name(t.failure), error);
+  spdlog::warn("actor {}: a {} session (seed {}) failed for good after {} turns: {}", world_.role_index(), family,
+               t.task.seed, t.failure_turn, error);
   env_.close(episode.id);
   send_episode(t);
   episodes_.erase(episode.id);

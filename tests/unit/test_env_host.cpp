@@ -364,3 +364,101 @@ TEST_CASE("an external process answering with wrong fields is refused clearly", 
   CHECK_THAT(reply.error, Catch::Contains("open failed after 2 attempts") &&
                               Catch::Contains("wrong fields: missing field 'observation'"));
 }
+
+namespace {
+
+const std::string kFlakyEnv = std::string("python3 ") + MOERL_SOURCE_DIR + "/tests/fixtures/flaky_env.py";
+
+// Opens session 1 of the flaky environment with `fault` on every attempt at
+// turn 1 (or on open), steps it once, and returns the step's (or open's) reply.
+EnvReply flaky_reply(const std::string& fault, SessionHostOptions options) {
+  options.external.command = kFlakyEnv + " --faults " + fault + " --at-turn 1 --slow-s 3";
+  SessionHost host(options);
+  host.submit(open_request(1, "external", 4));
+  const EnvReply opened = await(host, 1001);
+  if (!opened.ok) return opened;
+  EnvRequest step = request(RequestKind::Step, 1, 2);
+  step.action = "4";
+  host.submit(step);
+  return await(host, 2);
+}
+
+}  // namespace
+
+TEST_CASE("every external misbehaviour fails its attempts with a reason, then the session", "[env][external][faults]") {
+  struct Case {
+    const char* fault;
+    FailureReason reason;
+    const char* phrase;
+  };
+  const Case cases[] = {
+      {"crash", FailureReason::FailureCrashed, "exited with status 3"},
+      {"hang", FailureReason::FailureTimeout, "(timeout)"},
+      {"not_json", FailureReason::FailureInvalidJson, "invalid JSON"},
+      {"debug_line", FailureReason::FailureInvalidJson, "DEBUG: stepping the session"},
+      {"wrong_id", FailureReason::FailureWrongId, "with the id of another"},
+      {"missing_field", FailureReason::FailureMissingField, "missing field 'reward'"},
+      {"nan_reward", FailureReason::FailureInvalidReward, "reward nan is not finite"},
+      {"inf_reward", FailureReason::FailureInvalidReward, "reward inf is not finite"},
+      {"refuse", FailureReason::FailureRefused, "the test environment refuses turn 1"},
+      {"slow_open", FailureReason::FailureTimeout, "did not answer 'open' within 1"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.fault);
+    SessionHostOptions options = fast_options();
+    options.env.timeout_s = 1.0;
+    options.env.max_retries = 1;
+    options.external.startup_timeout_s = 1.0;
+    const double before = moerl::telemetry::metrics().snapshot().counters["env.failures.external." +
+                                                                           std::string(failure_reason_name(c.reason))];
+    const EnvReply reply = flaky_reply(c.fault, options);
+    CHECK_FALSE(reply.ok);
+    CHECK(reply.done);
+    CHECK(failure_reason_name(reply.failure) == std::string(failure_reason_name(c.reason)));
+    CHECK(reply.attempts == 2);
+    CHECK_THAT(reply.error, Catch::Contains("failed after 2 attempts (" + std::string(failure_reason_name(c.reason)) +
+                                            ")") &&
+                                Catch::Contains(c.phrase));
+    const double after = moerl::telemetry::metrics().snapshot().counters["env.failures.external." +
+                                                                          std::string(failure_reason_name(c.reason))];
+    CHECK(after - before == 1);
+  }
+}
+
+TEST_CASE("rewards outside [env] reward_min..reward_max fail the attempt; finite ones inside pass", "[env][external][faults]") {
+  SessionHostOptions options = fast_options();
+  options.env.max_retries = 0;
+  CHECK(flaky_reply("big_reward", options).ok);  // 1e6 is finite: the default bounds allow it
+  options.env.reward_max = 10;
+  const EnvReply reply = flaky_reply("big_reward", options);
+  CHECK_FALSE(reply.ok);
+  CHECK(reply.failure == FailureReason::FailureInvalidReward);
+  CHECK_THAT(reply.error, Catch::Contains("reward 1e+06 is outside [-inf, 10] ([env] reward_min, reward_max)"));
+}
+
+TEST_CASE("an observation with invalid UTF-8 is repaired with U+FFFD and counted", "[env][external]") {
+  SessionHostOptions options = fast_options();
+  const auto counters = [] { return moerl::telemetry::metrics().snapshot().counters; };
+  const double before = counters()["env.invalid_utf8.external"];
+  const EnvReply reply = flaky_reply("bad_utf8", options);
+  REQUIRE(reply.ok);
+  CHECK(reply.attempts == 1);
+  CHECK_THAT(reply.observation, Catch::StartsWith("caf\xEF\xBF\xBD \xEF\xBF\xBD\xEF\xBF\xBD say 4"));
+  CHECK(counters()["env.invalid_utf8.external"] - before == 1);
+}
+
+TEST_CASE("no environment process outlives its session, its host or a failed attempt", "[env][external][faults]") {
+  const int before = live_child_process_groups();
+  {
+    SessionHostOptions options = fast_options();
+    options.env.timeout_s = 0.5;
+    options.env.max_retries = 1;
+    flaky_reply("hang", options);  // the hung processes are killed at their deadline
+    options.external.command = kFlakyEnv;
+    SessionHost host(options);
+    host.submit(open_request(7, "external", 1));
+    REQUIRE(await(host, 1007).ok);
+    CHECK(live_child_process_groups() == before + 1);
+  }  // the host goes with a live session
+  CHECK(live_child_process_groups() == before);
+}
