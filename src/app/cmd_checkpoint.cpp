@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "checkpoint_command.h"
+#include "moerl/config/config_error.h"
 #include "moerl/storage/checkpoint_store.h"
 
 namespace moerl::app {
@@ -324,6 +325,9 @@ int run_checkpoint(const CheckpointOptions& options) {
     if (options.action == "export-hf") return run_export_hf(store, options);
     std::cerr << "moerl checkpoint: unknown action '" << options.action << "'\n";
     return 2;
+  } catch (const config::ConfigError& error) {  // import-hf --config F
+    std::cerr << "moerl checkpoint " << options.action << ": " << error.what() << "\n";
+    return config::kConfigErrorExitStatus;
   } catch (const storage::InjectedFault& error) {
     std::cerr << "moerl checkpoint: " << error.what() << "\n";
     return storage::kFaultExitStatus;

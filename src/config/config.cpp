@@ -5,6 +5,9 @@
 #include "moerl/config/config.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -20,6 +23,7 @@ std::string ConfigIssue::text() const {
   out << source;
   if (line > 0) out << ":" << line;
   out << ": ";
+  if (key.empty()) return out.str() + message;  // about the file itself, not one of its keys
   const auto dot = key.rfind('.');
   if (dot == std::string::npos) {
     out << "[" << key << "]";
@@ -313,12 +317,30 @@ Config load_config_text(const std::string& text, const std::string& source_name,
   return loader.load(root, overrides);
 }
 
-Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream file(path);
-  if (!file) throw ConfigError({{path, 0, "file", "cannot open the configuration file"}});
+namespace {
+
+// The text of a configuration file. What is not a readable file is refused
+// here, naming the path: an ifstream opens a directory without complaint and
+// reads nothing, which would load as the all-defaults configuration.
+std::string read_config_file(const std::string& path) {
+  const auto refuse = [&path](const std::string& why) { throw ConfigError({{path, 0, "", why}}); };
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (status.type() == std::filesystem::file_type::not_found) refuse("no such configuration file");
+  if (ec) refuse("cannot access the configuration file: " + ec.message());
+  if (std::filesystem::is_directory(status)) refuse("is a directory, not a TOML configuration file");
+  std::ifstream file(path, std::ios::binary);
+  if (!file) refuse(std::string("cannot open the configuration file: ") + std::strerror(errno));
   std::ostringstream text;
   text << file.rdbuf();
-  return load_config_text(text.str(), path, overrides);
+  if (file.bad()) refuse(std::string("cannot read the configuration file: ") + std::strerror(errno));
+  return text.str();
+}
+
+}  // namespace
+
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
+  return load_config_text(read_config_file(path), path, overrides);
 }
 
 void check_world_size(const Config& config, int world_size) {
