@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "moerl/bench/registry.h"
+#include "moerl/config/config_error.h"
 
 namespace moerl::app {
 
@@ -36,6 +37,9 @@ int run_bench(const BenchOptionsCli& options) {
       std::cout << "wrote " << options.out_path << "\n";
     }
     return 0;
+  } catch (const config::ConfigError& error) {  // bench e2e --config F
+    std::cerr << "moerl bench " << options.name << ": " << error.what() << "\n";
+    return config::kConfigErrorExitStatus;
   } catch (const std::exception& error) {
     std::cerr << "moerl bench " << options.name << ": " << error.what() << "\n";
     return 1;

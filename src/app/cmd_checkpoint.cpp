@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "checkpoint_command.h"
+#include "moerl/config/config_error.h"
 #include "moerl/storage/checkpoint_store.h"
 
 namespace moerl::app {
@@ -49,10 +50,31 @@ void require_directory(const std::string& dir) {
   }
 }
 
+// The `latest` part of the listing's last line. A corrupt pointer is shown,
+// not fatal: the versions are still worth listing, and `--resume auto` copes
+// by taking the newest valid one.
+std::string latest_summary(const storage::LatestPointer& pointer, const std::vector<storage::VersionInfo>& infos) {
+  if (!pointer.problem.empty()) {
+    std::string text = "CORRUPT (" + pointer.problem + "); ";
+    const auto newest_valid = std::find_if(infos.rbegin(), infos.rend(), [](const auto& i) { return i.valid; });
+    text += newest_valid == infos.rend()
+                ? "no valid version to resume from"
+                : "--resume auto takes the newest valid version, " + CheckpointStore::version_label(newest_valid->version);
+    return text + "; `moerl checkpoint rollback DIR --to VERSION` rewrites the pointer";
+  }
+  if (!pointer.version) return "none";
+  const std::string label = CheckpointStore::version_label(*pointer.version);
+  const bool listed = std::any_of(infos.begin(), infos.end(), [](const auto& i) { return i.is_latest; });
+  return listed ? label : label + " (no such version on disk)";
+}
+
 int run_list(const CheckpointStore& store) {
+  const storage::LatestPointer pointer = store.latest_pointer();
   const auto infos = store.list();
   if (infos.empty()) {
-    std::cout << store.directory() << ": no checkpoints\n";
+    std::cout << store.directory() << ": no checkpoints";
+    if (!pointer.problem.empty()) std::cout << "; latest: " << latest_summary(pointer, infos);
+    std::cout << "\n";
     return 0;
   }
   std::printf("%-9s %-8s %-7s %-6s %-6s %-10s %-8s %-20s %s\n", "version", "step", "policy", "latest", "shards",
@@ -75,7 +97,7 @@ int run_list(const CheckpointStore& store) {
     if (!info.valid) std::printf("          ^ %s\n", info.problem.c_str());
   }
   std::printf("%zu version(s), %d not valid; latest: %s\n", infos.size(), invalid,
-              store.latest() ? CheckpointStore::version_label(*store.latest()).c_str() : "none");
+              latest_summary(pointer, infos).c_str());
   return 0;
 }
 
@@ -324,6 +346,9 @@ int run_checkpoint(const CheckpointOptions& options) {
     if (options.action == "export-hf") return run_export_hf(store, options);
     std::cerr << "moerl checkpoint: unknown action '" << options.action << "'\n";
     return 2;
+  } catch (const config::ConfigError& error) {  // import-hf --config F
+    std::cerr << "moerl checkpoint " << options.action << ": " << error.what() << "\n";
+    return config::kConfigErrorExitStatus;
   } catch (const storage::InjectedFault& error) {
     std::cerr << "moerl checkpoint: " << error.what() << "\n";
     return storage::kFaultExitStatus;
@@ -345,7 +370,10 @@ void add_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& opt
     sub->callback([&options, name] { options.action = name; });
     return sub;
   };
-  named("list", "List versions: step, policy version, tags, metrics at save, size, valid or not");
+  named("list",
+        "List versions: step, policy version, tags, metrics at save, size, valid or not; a corrupt `latest` "
+        "pointer is marked CORRUPT and every readable version is still listed (exit 0 whatever is damaged; "
+        "`verify` exits 1 on an invalid version)");
   auto* verify = named("verify", "Verify every version, or one (exit 1 when any is invalid)");
   verify->add_option("version", options.version, "Version (12, v000012) or tag");
   auto* tag = named("tag", "Tag a valid version (a tag that exists moves)");

@@ -29,12 +29,16 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", moerl::app::version_text());
 
+  // Config paths are checked by config::load_config_file, not by CLI11's
+  // ExistingFile: that gives a directory or a missing file the documented
+  // configuration error (status 2, agreed across ranks under mpirun) instead
+  // of CLI11's exit code 105.
   moerl::app::TrainOptions train;
   auto* train_cmd = app.add_subcommand(
       "train",
       "Launch a job under mpirun/srun: every rank takes its role from [cluster] (learners, actors, "
       "env workers) and RL post-training runs; --dry-run only checks the launch.");
-  train_cmd->add_option("-c,--config", train.config_path, "TOML run configuration")->required()->check(CLI::ExistingFile);
+  train_cmd->add_option("-c,--config", train.config_path, "TOML run configuration")->required();
   train_cmd->add_option("--set", train.overrides, "Override a key: --set section.key=value (repeatable)");
   train_cmd->add_option("--log-level", train.log_level, "trace|debug|info|warn|error (telemetry.log_level)");
   train_cmd->add_flag("--dry-run", train.dry_run,
@@ -88,7 +92,7 @@ int main(int argc, char** argv) {
 
   auto* eval_cmd = app.add_subcommand("eval", kEvalHelp);
   moerl::app::EvalOptions eval;
-  eval_cmd->add_option("-c,--config", eval.config_path, "TOML run configuration")->required()->check(CLI::ExistingFile);
+  eval_cmd->add_option("-c,--config", eval.config_path, "TOML run configuration")->required();
   eval_cmd->add_option("--set", eval.overrides, "Override a key: --set section.key=value (repeatable)");
   eval_cmd->add_option("--prompt", eval.prompt, "Prompt text");
   eval_cmd->add_option("--tokens", eval.tokens, "Prompt as token ids, comma-separated (instead of --prompt)");
@@ -105,7 +109,7 @@ int main(int argc, char** argv) {
   moerl::app::PretrainOptions pretrain;
   auto* pretrain_cmd = app.add_subcommand(
       "pretrain", "Train the base policy on scripted-expert demonstrations ([pretrain]); one process, no mpirun");
-  pretrain_cmd->add_option("-c,--config", pretrain.config_path, "TOML run configuration")->required()->check(CLI::ExistingFile);
+  pretrain_cmd->add_option("-c,--config", pretrain.config_path, "TOML run configuration")->required();
   pretrain_cmd->add_option("--set", pretrain.overrides, "Override a key: --set section.key=value (repeatable)");
   pretrain_cmd->add_option("--threads", pretrain.threads, "Compute threads (default: all cores)");
 

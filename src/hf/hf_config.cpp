@@ -3,11 +3,18 @@
 
 #include "moerl/hf/hf_config.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "moerl/config/schema.h"
 #include "moerl/core/json_writer.h"
@@ -64,14 +71,53 @@ class Fields {
     if (v.kind() != JsonValue::Kind::Number || std::floor(v.as_number()) != v.as_number()) {
       fail(field, "expected an integer");
     }
+    // Beyond 2^53 a JSON number is no longer an exact integer (and beyond
+    // 2^63 the conversion below would be undefined); no size is that large.
+    constexpr double kLargestExact = 9007199254740992.0;  // 2^53
+    if (std::fabs(v.as_number()) > kLargestExact) {
+      fail(field, "expected an integer of at most 2^53, got " + number_text(v.as_number()));
+    }
     return static_cast<std::int64_t>(v.as_number());
+  }
+
+  // A size: an integer >= minimum.
+  std::int64_t size(const std::string& field, std::int64_t minimum, const std::string& hint = "") const {
+    const std::int64_t value = integer(field);
+    if (value < minimum) fail(field, "must be >= " + std::to_string(minimum) + ", got " + std::to_string(value) + hint);
+    return value;
+  }
+  std::int64_t size_or(const std::string& field, std::int64_t fallback, std::int64_t minimum) const {
+    return has(field) ? size(field, minimum) : fallback;
+  }
+  // A size that is a dimension of parameter tensors, remembered for the
+  // parameter-count check's message.
+  std::int64_t dimension(const std::string& field, std::int64_t minimum, const std::string& hint = "") {
+    const std::int64_t value = size(field, minimum, hint);
+    sizes_.emplace_back(field, value);
+    return value;
+  }
+  std::int64_t dimension_or(const std::string& field, std::int64_t fallback, std::int64_t minimum) {
+    return has(field) ? dimension(field, minimum) : fallback;
+  }
+  // "hidden_size 32, num_hidden_layers 3, ...": every dimension read, in reading order.
+  std::string sizes_text() const {
+    std::string text;
+    for (const auto& [field, value] : sizes_) text += (text.empty() ? "" : ", ") + field + " " + std::to_string(value);
+    return text;
   }
 
   const JsonValue& json() const { return json_; }
 
  private:
+  static std::string number_text(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", value);
+    return text;
+  }
+
   const JsonValue& json_;
   std::string path_;
+  std::vector<std::pair<std::string, std::int64_t>> sizes_;
 };
 
 Architecture architecture_of(const Fields& f) {
@@ -101,7 +147,7 @@ double rope_theta_of(const Fields& f, double fallback) {
 
 // Qwen layers: MoE unless listed in mlp_only_layers, every sparse_step-th.
 // moerl describes dense layers as a prefix, so mlp_only_layers must be one.
-void read_layer_pattern(const Fields& f, config::ModelSection& m, config::MoeSection& e) {
+void read_layer_pattern(Fields& f, config::ModelSection& m, config::MoeSection& e) {
   e.sparse_step = f.integer_or("decoder_sparse_step", 1);
   if (e.sparse_step < 1) f.fail("decoder_sparse_step", "must be >= 1");
   e.first_dense_layers = 0;
@@ -115,7 +161,7 @@ void read_layer_pattern(const Fields& f, config::ModelSection& m, config::MoeSec
     }
     e.first_dense_layers = n;
   }
-  m.d_ff = f.integer("intermediate_size");
+  m.d_ff = f.dimension("intermediate_size", 1);
 }
 
 // Sliding windows: Mixtral's applies to every layer; Qwen's only with
@@ -124,7 +170,7 @@ void read_layer_pattern(const Fields& f, config::ModelSection& m, config::MoeSec
 void read_sliding_window(const Fields& f, Architecture arch, config::ModelSection& m) {
   m.sliding_window = 0;
   if (arch == Architecture::Mixtral) {
-    m.sliding_window = f.integer_or("sliding_window", 0);
+    m.sliding_window = f.size_or("sliding_window", 0, 0);
     return;
   }
   if (!f.boolean_or("use_sliding_window", false)) return;
@@ -139,16 +185,104 @@ void read_sliding_window(const Fields& f, Architecture arch, config::ModelSectio
       }
     }
   }
-  m.sliding_window = f.integer("sliding_window");
+  m.sliding_window = f.size("sliding_window", 0);
 }
 
 // transformers aliases num_experts and num_local_experts (which one a
 // config.json holds depends on the architecture and the library version).
-std::int64_t num_experts_of(const Fields& f) {
-  return f.has("num_experts") ? f.integer("num_experts") : f.integer("num_local_experts");
+std::int64_t num_experts_of(Fields& f) {
+  const char* hint = " (a dense model is not an MoE model)";
+  return f.has("num_experts") ? f.dimension("num_experts", 1, hint) : f.dimension("num_local_experts", 1, hint);
+}
+
+// sysconf's physical memory; 0 when it cannot tell (then nothing is refused).
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
+}
+
+// "4.0 GiB": byte counts for messages.
+std::string bytes_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 6) {
+    bytes /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %s", bytes, units[unit]);
+  return text;
+}
+
+// Sizes that overflow or whose float32 parameters would not fit this
+// machine's physical memory are refused here, naming the sizes: otherwise
+// they reach LibTorch's allocator (or wrap around in a product) and end as
+// an allocation failure with a stack trace.
+void check_parameter_budget(const Fields& f, const config::ModelSection& m, const config::MoeSection& e) {
+  const std::optional<std::uint64_t> count = parameter_count(m, e);
+  if (!count) f.fail("", "the sizes (" + f.sizes_text() + ") give more parameters than a 64-bit count holds");
+  const double bytes = static_cast<double>(*count) * sizeof(float);
+  const double memory = physical_memory_bytes();
+  if (memory > 0 && bytes > memory) {
+    char estimate[64];
+    std::snprintf(estimate, sizeof estimate, "%.3g parameters", static_cast<double>(*count));
+    f.fail("", "the sizes (" + f.sizes_text() + ") give " + estimate + ", " + bytes_text(bytes) +
+                   " as float32, more than this machine's " + bytes_text(memory) + " of physical memory");
+  }
+}
+
+// Unsigned 64-bit arithmetic that remembers an overflow instead of wrapping.
+class Count {
+ public:
+  Count(std::int64_t value) : value_(value < 0 ? 0 : static_cast<std::uint64_t>(value)) {}  // NOLINT: implicit on purpose
+  friend Count operator*(Count a, Count b) {
+    a.overflow_ = a.overflow_ || b.overflow_ || __builtin_mul_overflow(a.value_, b.value_, &a.value_);
+    return a;
+  }
+  friend Count operator+(Count a, Count b) {
+    a.overflow_ = a.overflow_ || b.overflow_ || __builtin_add_overflow(a.value_, b.value_, &a.value_);
+    return a;
+  }
+  std::optional<std::uint64_t> value() const { return overflow_ ? std::nullopt : std::optional<std::uint64_t>(value_); }
+
+ private:
+  std::uint64_t value_ = 0;
+  bool overflow_ = false;
+};
+
+// Layers l in [first_dense_layers, num_layers) with (l + 1) % sparse_step == 0
+// (hf_weights.cpp's moe_layer), counted without a loop over the layers.
+std::int64_t moe_layer_count(const config::ModelSection& m, const config::MoeSection& e) {
+  if (!e.enabled) return 0;
+  const std::int64_t step = std::max<std::int64_t>(e.sparse_step, 1);
+  const std::int64_t first = std::clamp<std::int64_t>(e.first_dense_layers, 0, m.num_layers);
+  return m.num_layers / step - first / step;
 }
 
 }  // namespace
+
+std::optional<std::uint64_t> parameter_count(const config::ModelSection& m, const config::MoeSection& e) {
+  const Count d = m.d_model;
+  const Count hd = m.head_dim > 0 ? m.head_dim : m.d_model / std::max<std::int64_t>(m.num_heads, 1);
+  const Count q = Count(m.num_heads) * hd, kv = Count(m.num_kv_heads) * hd;
+  Count attention = d + q * d + Count(2) * kv * d + d * q + d;  // the two norms, q/k/v and o
+  if (m.qkv_bias) attention = attention + q + Count(2) * kv;
+  if (m.o_bias) attention = attention + d;
+  if (m.qk_norm == config::QkNorm::PerHead) attention = attention + Count(2) * hd;
+  if (m.qk_norm == config::QkNorm::Full) attention = attention + q + kv;
+  Count moe_mlp = Count(e.num_experts) * d + Count(3) * Count(e.num_experts) * Count(e.d_expert) * d;
+  if (e.shared_experts > 0) {
+    const Count shared = e.d_shared_expert > 0 ? Count(e.d_shared_expert) : Count(e.shared_experts) * Count(e.d_expert);
+    moe_mlp = moe_mlp + Count(3) * shared * d;
+    if (e.shared_expert_gate) moe_mlp = moe_mlp + d;
+  }
+  const Count dense_mlp = Count(3) * Count(m.d_ff) * d;
+  const std::int64_t moe_layers = moe_layer_count(m, e);
+  const Count embeddings = Count(m.vocab_size) * d * Count(m.tie_embeddings ? 1 : 2);
+  return (embeddings + d + Count(m.num_layers) * attention + Count(moe_layers) * moe_mlp +
+          Count(m.num_layers - moe_layers) * dense_mlp)
+      .value();
+}
 
 const char* architecture_class(Architecture arch) {
   switch (arch) {
@@ -184,7 +318,7 @@ HfModel read_hf_model(const std::string& dir) {
     throw HfConfigError(path + ": not valid JSON: " + error.what());
   }
   if (!out.json.is_object()) throw HfConfigError(path + ": not a JSON object");
-  const Fields f(out.json, path);
+  Fields f(out.json, path);
   const Architecture arch = architecture_of(f);
   out.architecture = arch;
   config::ModelSection& m = out.model;
@@ -195,16 +329,16 @@ HfModel read_hf_model(const std::string& dir) {
   if (f.has("clip_qkv")) f.fail("clip_qkv", "clipping q/k/v is not implemented");
   if (f.number_or("router_jitter_noise", 0.0) != 0.0) f.fail("router_jitter_noise", "router jitter is not implemented");
 
-  m.vocab_size = f.integer("vocab_size");
-  m.d_model = f.integer("hidden_size");
-  m.num_layers = f.integer("num_hidden_layers");
-  m.num_heads = f.integer("num_attention_heads");
-  m.num_kv_heads = f.integer_or("num_key_value_heads", m.num_heads);
-  m.head_dim = f.integer_or("head_dim", 0);
+  m.vocab_size = f.dimension("vocab_size", 2);
+  m.d_model = f.dimension("hidden_size", 1);
+  m.num_layers = f.dimension("num_hidden_layers", 1);
+  m.num_heads = f.dimension("num_attention_heads", 1);
+  m.num_kv_heads = f.dimension_or("num_key_value_heads", m.num_heads, 1);
+  m.head_dim = f.dimension_or("head_dim", 0, 0);
   if (m.head_dim == m.d_model / std::max<std::int64_t>(m.num_heads, 1) && m.d_model % std::max<std::int64_t>(m.num_heads, 1) == 0) {
     m.head_dim = 0;  // the default: keep configs of built-in-shaped models minimal
   }
-  m.max_seq_len = f.integer("max_position_embeddings");
+  m.max_seq_len = f.size("max_position_embeddings", 2);
   const double default_theta = arch == Architecture::Mixtral ? 1e6 : 1e4;
   m.rope_theta = rope_theta_of(f, default_theta);
   m.norm_eps = f.number("rms_norm_eps");
@@ -222,16 +356,16 @@ HfModel read_hf_model(const std::string& dir) {
   switch (arch) {
     case Architecture::Mixtral:
       e.num_experts = num_experts_of(f);
-      e.d_expert = f.integer("intermediate_size");
+      e.d_expert = f.dimension("intermediate_size", 1);
       e.renormalize = true;  // Mixtral always renormalises the top-k
       m.d_ff = e.d_expert;   // no dense layers; keep the key meaningful
       break;
     case Architecture::Qwen2Moe:
       e.num_experts = num_experts_of(f);
-      e.d_expert = f.integer("moe_intermediate_size");
+      e.d_expert = f.dimension("moe_intermediate_size", 1);
       e.renormalize = f.boolean_or("norm_topk_prob", false);
       m.qkv_bias = f.boolean_or("qkv_bias", true);
-      e.d_shared_expert = f.integer("shared_expert_intermediate_size");
+      e.d_shared_expert = f.dimension("shared_expert_intermediate_size", 0);
       if (e.d_shared_expert > 0) {
         e.shared_experts = 1;
         e.shared_expert_gate = true;
@@ -240,7 +374,7 @@ HfModel read_hf_model(const std::string& dir) {
       break;
     case Architecture::Qwen3Moe:
       e.num_experts = num_experts_of(f);
-      e.d_expert = f.integer("moe_intermediate_size");
+      e.d_expert = f.dimension("moe_intermediate_size", 1);
       e.renormalize = f.boolean_or("norm_topk_prob", false);
       m.qk_norm = config::QkNorm::PerHead;
       m.qkv_bias = m.o_bias = f.boolean_or("attention_bias", false);
@@ -248,7 +382,7 @@ HfModel read_hf_model(const std::string& dir) {
       break;
     case Architecture::Olmoe:
       e.num_experts = num_experts_of(f);
-      e.d_expert = f.integer("intermediate_size");
+      e.d_expert = f.dimension("intermediate_size", 1);
       e.renormalize = f.boolean_or("norm_topk_prob", false);
       m.qk_norm = config::QkNorm::Full;
       m.qkv_bias = m.o_bias = f.boolean_or("attention_bias", false);
@@ -256,9 +390,9 @@ HfModel read_hf_model(const std::string& dir) {
       if (m.head_dim != 0) f.fail("head_dim", "OLMoE normalises q over hidden_size: head_dim must be hidden_size / heads");
       break;
   }
-  if (e.num_experts < 1) f.fail("", "num_experts must be >= 1 (a dense model is not an MoE model)");
   if (e.top_k < 1 || e.top_k > e.num_experts) f.fail("num_experts_per_tok", "must be in [1, num_experts]");
   if (e.first_dense_layers >= m.num_layers) f.fail("mlp_only_layers", "leaves no MoE layer");
+  check_parameter_budget(f, m, e);
   return out;
 }
 

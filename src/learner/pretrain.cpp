@@ -3,6 +3,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
 
 #include "moerl/core/hash.h"
 #include "moerl/env/task_family.h"
@@ -118,15 +123,101 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
   return report;
 }
 
+namespace {
+
+using TensorMap = std::map<std::string, torch::Tensor>;
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Every tensor of a torch::save archive by its dotted name, read without
+// touching the policy. (torch::load copies tensors by name without comparing
+// shapes, so the weights of another model shape used to load silently and
+// fail later inside a forward pass.)
+void read_saved_tensors(torch::serialize::InputArchive& archive, const std::string& prefix, TensorMap& out) {
+  for (const std::string& key : archive.keys()) {
+    c10::IValue value;
+    if (!archive.try_read(key, value)) continue;
+    if (value.isTensor()) {
+      out[prefix + key] = value.toTensor();
+    } else if (value.isModule()) {
+      torch::serialize::InputArchive child;
+      if (archive.try_read(key, child)) read_saved_tensors(child, prefix + key + ".", out);
+    }  // other attributes (the module's `training` flag) carry no weights
+  }
+}
+
+// The policy's parameters and buffers, in model order, by the names
+// Module::save writes them under.
+NamedTensors policy_tensors(const model::Policy& policy) {
+  NamedTensors out;
+  for (const auto& item : policy->named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  for (const auto& item : policy->named_buffers(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+std::string shape_text(const torch::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+// "a, b, c and 4 more": a list short enough for one error line.
+std::string some_names(const std::vector<std::string>& names) {
+  constexpr std::size_t kShown = 4;
+  std::string text;
+  for (std::size_t i = 0; i < names.size() && i < kShown; ++i) text += (i == 0 ? "" : ", ") + names[i];
+  if (names.size() > kShown) text += " and " + std::to_string(names.size() - kShown) + " more";
+  return text;
+}
+
+// Every difference between the file and the policy, or "" when they fit:
+// the first mismatched shape in model order (both shapes), then missing and
+// unexpected names.
+std::string compare_tensors(const TensorMap& saved, const NamedTensors& wanted) {
+  std::vector<std::string> mismatched, missing, unexpected;
+  std::set<std::string> wanted_names;
+  std::string first;
+  for (const auto& [name, tensor] : wanted) {
+    wanted_names.insert(name);
+    const auto it = saved.find(name);
+    if (it == saved.end()) {
+      missing.push_back(name);
+    } else if (it->second.sizes() != tensor.sizes()) {
+      if (mismatched.empty())
+        first = "tensor '" + name + "' is " + shape_text(it->second) + " in the file but " + shape_text(tensor) +
+                " in the configured model";
+      mismatched.push_back(name);
+    }
+  }
+  for (const auto& [name, tensor] : saved)
+    if (!wanted_names.count(name)) unexpected.push_back(name);
+  std::string text = first;
+  const auto add = [&text](const std::string& part) { text += (text.empty() ? "" : "; ") + part; };
+  if (mismatched.size() > 1) add(std::to_string(mismatched.size() - 1) + " more tensor(s) differ in shape");
+  if (!missing.empty()) add("missing from the file: " + some_names(missing));
+  if (!unexpected.empty()) add("not in the configured model: " + some_names(unexpected));
+  return text;
+}
+
+}  // namespace
+
 void load_policy(model::Policy policy, const std::string& path) {
   if (!std::filesystem::exists(path))
     throw Error("base policy '" + path + "' does not exist (run `moerl pretrain` first, or drop --init)");
+  TensorMap saved;
   try {
-    torch::load(policy, path);
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    read_saved_tensors(archive, "", saved);
   } catch (const c10::Error& error) {
-    throw Error("cannot load policy weights from '" + path + "': " + error.what_without_backtrace() +
-                " (was it saved with another [model]/[moe] configuration?)");
+    throw Error("cannot load policy weights from '" + path + "': " + error.what_without_backtrace());
   }
+  // Check everything before copying anything, so a misfit leaves the policy as it was.
+  const NamedTensors wanted = policy_tensors(policy);
+  if (const std::string problems = compare_tensors(saved, wanted); !problems.empty())
+    throw Error("cannot load policy weights from '" + path + "': they do not fit the configured [model]/[moe]: " +
+                problems);
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, tensor] : wanted) tensor.copy_(saved.at(name));
 }
 
 }  // namespace moerl::learner

@@ -280,7 +280,7 @@ std::uint64_t CheckpointStore::bytes_on_disk(std::int64_t version) const {
 }
 
 std::vector<VersionInfo> CheckpointStore::list() const {
-  const std::optional<std::int64_t> current = latest();
+  const std::optional<std::int64_t> current = latest_pointer().version;
   const auto all_tags = tags();
   std::vector<VersionInfo> infos;
   for (std::int64_t version : versions()) {
@@ -325,16 +325,33 @@ std::vector<VersionInfo> CheckpointStore::list() const {
 }
 
 std::optional<std::int64_t> CheckpointStore::latest() const {
+  LatestPointer pointer = latest_pointer();
+  if (!pointer.problem.empty()) throw CheckpointError(pointer.problem);
+  return pointer.version;
+}
+
+LatestPointer CheckpointStore::latest_pointer() const {
+  LatestPointer pointer;
   std::error_code ec;
-  if (!fs::exists(latest_path(), ec)) return std::nullopt;
-  std::string text = read_whole_file(latest_path());
+  if (!fs::exists(latest_path(), ec)) return pointer;
+  std::string text;
+  try {
+    text = read_whole_file(latest_path());
+  } catch (const Error& error) {
+    pointer.problem = "latest pointer '" + latest_path() + "' is unreadable: " + error.what();
+    return pointer;
+  }
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
-  static const std::regex pattern(R"(v(\d+))");
+  static const std::regex pattern(R"(v(\d{1,18}))");  // 18 digits: no stoll overflow
   std::smatch match;
   if (!std::regex_match(text, match, pattern)) {
-    throw CheckpointError("latest pointer '" + latest_path() + "' is corrupt: '" + text + "'");
+    constexpr std::size_t kShown = 40;  // a binary blob would flood the message
+    const std::string shown = text.size() > kShown ? text.substr(0, kShown) + "..." : text;
+    pointer.problem = "latest pointer '" + latest_path() + "' is corrupt: '" + shown + "'";
+    return pointer;
   }
-  return std::stoll(match[1].str());
+  pointer.version = std::stoll(match[1].str());
+  return pointer;
 }
 
 std::int64_t CheckpointStore::resolve(const std::string& version_or_tag) const {
@@ -370,13 +387,9 @@ ResumeChoice CheckpointStore::newest_valid() const {
 }
 
 ResumeChoice CheckpointStore::resume_choice() const {
-  std::optional<std::int64_t> current;
-  std::string latest_problem;
-  try {
-    current = latest();
-  } catch (const Error& error) {
-    latest_problem = error.what();
-  }
+  const LatestPointer pointer = latest_pointer();
+  const std::optional<std::int64_t> current = pointer.version;
+  std::string latest_problem = pointer.problem;
   ResumeChoice choice;
   bool latest_valid = false;
   if (current) {
@@ -472,7 +485,7 @@ void CheckpointStore::untag(const std::string& name) {
 RollbackResult CheckpointStore::rollback_to(const std::string& version_or_tag) {
   const FileLock lock(lock_path(), kLockTimeoutS);
   RollbackResult result;
-  result.from = latest();
+  result.from = latest_pointer().version;  // a corrupt pointer is what a rollback repairs
   result.to = resolve(version_or_tag);
   const VerifyResult verified = verify(result.to);
   if (!verified.valid) {
@@ -517,11 +530,8 @@ RetentionResult CheckpointStore::apply_retention(int keep_last, std::optional<st
     keep.insert(*it);
   }
   for (const auto& [name, version] : tags()) keep.insert(version);
-  try {
-    if (const auto current = latest()) keep.insert(*current);
-  } catch (const Error&) {
-    // A corrupt pointer protects nothing; the newest valid version is kept below.
-  }
+  // A corrupt pointer protects nothing; the newest valid version is kept below.
+  if (const auto current = latest_pointer().version) keep.insert(*current);
   const std::int64_t newest_complete = complete.empty() ? -1 : complete.back();
   if (!(just_written && *just_written == newest_complete)) {
     if (const auto newest = newest_valid().version) keep.insert(*newest);

@@ -3,8 +3,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include "moerl/config/config.h"
 #include "moerl/config/schema.h"
+#include "temp_dir.h"
 
 using namespace moerl::config;
 
@@ -113,6 +116,33 @@ TEST_CASE("TOML syntax errors carry their line", "[config]") {
   REQUIRE(issues.size() == 1);
   CHECK(issues[0].line == 2);
   CHECK(issues[0].source == "test.toml");
+}
+
+TEST_CASE("a config path that is a directory or missing is one issue naming the path", "[config]") {
+  moerl_test::TempDir dir;
+  const auto issue_of_file = [](const std::string& path) -> ConfigIssue {
+    try {
+      load_config_file(path);
+    } catch (const ConfigError& error) {
+      REQUIRE(error.issues().size() == 1);
+      return error.issues()[0];
+    }
+    FAIL("'" << path << "' loaded as a configuration");
+    return {};
+  };
+  const ConfigIssue directory = issue_of_file(dir.path.string());
+  CHECK(directory.source == dir.path.string());
+  CHECK(directory.key.empty());
+  CHECK(directory.text() == dir.path.string() + ": is a directory, not a TOML configuration file");
+  const ConfigIssue missing = issue_of_file(dir.file("missing.toml"));
+  CHECK(missing.text() == dir.file("missing.toml") + ": no such configuration file");
+  const ConfigIssue below_a_file = issue_of_file(dir.file("missing.toml/run.toml"));
+  CHECK_THAT(below_a_file.text(), Catch::StartsWith(dir.file("missing.toml/run.toml") + ": "));
+  // A readable file still loads, also an empty one (every key at its default).
+  std::ofstream(dir.file("empty.toml")).close();
+  CHECK(load_config_file(dir.file("empty.toml")).cluster.learners == 1);
+  std::ofstream(dir.file("run.toml")) << "[cluster]\nactors = 3\n";
+  CHECK(load_config_file(dir.file("run.toml")).cluster.actors == 3);
 }
 
 TEST_CASE("command-line overrides (--set) get the same validation", "[config]") {

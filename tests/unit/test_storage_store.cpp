@@ -210,6 +210,39 @@ TEST_CASE("corrupt versions are skipped by resume and refused by rollback", "[st
   CHECK_THROWS_WITH(store.tag(3, "best"), Catch::Contains("refusing to tag v000003"));
 }
 
+TEST_CASE("a corrupt `latest` pointer: listed versions, resume falls back, rollback repairs", "[storage]") {
+  TempDir dir;
+  CheckpointStore store(dir.file("ckpt"));
+  save(store, 1);
+  save(store, 2);
+  std::ofstream(store.latest_path(), std::ios::trunc) << "garbage\n";
+
+  const LatestPointer pointer = store.latest_pointer();
+  CHECK_FALSE(pointer.version.has_value());
+  CHECK(pointer.problem == "latest pointer '" + store.latest_path() + "' is corrupt: 'garbage'");
+  CHECK_THROWS_WITH(store.latest(), Catch::Contains("is corrupt: 'garbage'"));
+  const auto infos = store.list();  // threw before: nothing could be listed
+  REQUIRE(infos.size() == 2);
+  CHECK(infos[0].valid);
+  CHECK(infos[1].valid);
+  CHECK_FALSE(infos[0].is_latest);
+  CHECK_FALSE(infos[1].is_latest);
+  CHECK(store.resume_choice().version == 2);
+
+  const RollbackResult repaired = store.rollback_to("1");
+  CHECK_FALSE(repaired.from.has_value());
+  CHECK(repaired.to == 1);
+  CHECK(store.latest() == 1);
+  CHECK(store.latest_pointer().problem.empty());
+  CHECK(store.list()[0].is_latest);
+
+  // A long binary pointer is shown shortened, not poured into the message.
+  std::ofstream(store.latest_path(), std::ios::trunc) << std::string(500, '\x01');
+  CHECK(store.latest_pointer().problem.size() < 200);
+  std::ofstream(store.latest_path(), std::ios::trunc) << "v" << std::string(30, '9') << "\n";
+  CHECK_THAT(store.latest_pointer().problem, Catch::Contains("is corrupt"));
+}
+
 TEST_CASE("tags name versions, rollback follows them, retention keeps them", "[storage]") {
   TempDir dir;
   CheckpointStore store(dir.file("ckpt"));

@@ -52,7 +52,8 @@ const std::vector<std::string>& env_family_names();
 
 // Parses and validates. `overrides` are "section.key=value" strings from
 // --set; values are TOML literals, and bare words are taken as strings.
-// Throws ConfigError listing every problem found.
+// Throws ConfigError listing every problem found; a path that is missing, a
+// directory or unreadable is one issue naming the path (with an empty key).
 Config load_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
 Config load_config_text(const std::string& text, const std::string& source_name,
                         const std::vector<std::string>& overrides = {});

@@ -13,7 +13,7 @@ namespace moerl::config {
 struct ConfigIssue {
   std::string source;   // file path, or "--set KEY=VALUE" for command-line overrides
   int line = 0;         // 1-based; 0 when not tied to a line
-  std::string key;      // "section.key", or "section" for a section-level issue
+  std::string key;      // "section.key", "section" for a section-level issue, "" for the file itself
   std::string message;  // what is wrong and, when possible, how to fix it
 
   // "configs/x.toml:12: [cluster] actros: unknown key; did you mean 'actors'?"

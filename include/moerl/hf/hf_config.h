@@ -28,6 +28,8 @@
 //   decoder_sparse_step             moe.sparse_step
 //   mlp_only_layers (a prefix 0..n-1) moe.first_dense_layers = n
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "moerl/config/config.h"
@@ -57,10 +59,18 @@ struct HfModel {
 };
 
 // Reads DIR/config.json. Throws HfConfigError naming the file and the field
-// for an unknown architecture, a missing or mistyped field, or a feature
+// for an unknown architecture, a missing or mistyped field, a size out of
+// range (negative, zero where that means nothing, beyond 2^53), or a feature
 // moerl does not implement (rope scaling, Qwen sliding window, clip_qkv,
-// an activation other than SiLU, non-prefix mlp_only_layers).
+// an activation other than SiLU, non-prefix mlp_only_layers); and naming
+// every size when together they overflow the parameter count or their
+// float32 parameters exceed this machine's physical memory (sysconf).
 HfModel read_hf_model(const std::string& dir);
+
+// How many parameters a policy with these sections has (every tensor of
+// policy_parameter_shapes in hf_weights.h, counted without listing them);
+// nullopt when the count or a product on the way overflows 64 bits.
+std::optional<std::uint64_t> parameter_count(const config::ModelSection& model, const config::MoeSection& moe);
 
 // Copies the architecture keys of read_hf_model(DIR) into `config` when
 // config.model.source is "hf:DIR" (no-op otherwise). A key the run config

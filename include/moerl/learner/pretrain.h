@@ -30,8 +30,10 @@ std::string base_policy_path(const config::Config& config);
 // Trains `policy` in place and saves it; prints progress every `log_every` steps.
 PretrainReport pretrain(const config::Config& config, model::Policy policy, int log_every = 25);
 
-// Loads policy weights saved by pretrain() (torch::save format); throws
-// moerl::Error naming the file when it is missing or does not fit the model.
+// Loads policy weights saved by pretrain() (torch::save format). Every tensor
+// is checked before any is copied; throws moerl::Error naming the file when
+// it is missing, unreadable or does not fit the model: the first tensor
+// whose shape differs (both shapes), and the missing and unexpected names.
 void load_policy(model::Policy policy, const std::string& path);
 
 }  // namespace moerl::learner

@@ -63,6 +63,13 @@ struct ResumeChoice {
   std::string describe() const;  // one line per skipped or passed-over version and leftover, then the choice
 };
 
+// What the `latest` file says: a version, nothing (no file yet), or a
+// problem (the file is unreadable or holds something other than "vNNNNNN").
+struct LatestPointer {
+  std::optional<std::int64_t> version;
+  std::string problem;  // "" when the pointer is readable (or absent)
+};
+
 struct RollbackResult {
   std::optional<std::int64_t> from;  // latest before the rollback
   std::int64_t to = 0;
@@ -101,14 +108,19 @@ class CheckpointStore {
 
   // --- Reading -----------------------------------------------------------
   std::vector<std::int64_t> versions() const;  // every version with any file on disk, ascending
-  std::vector<VersionInfo> list() const;       // verifies every version (reads all data)
+  // Verifies every version (reads all data). A corrupt `latest` marks no
+  // version as latest and does not stop the listing (see latest_pointer()).
+  std::vector<VersionInfo> list() const;
   VerifyResult verify(std::int64_t version) const;
   // Opens one shard of a complete version after checking it against the index
   // (the checksums are verified as arrays are read).
   CheckpointReader open_shard(std::int64_t version, int rank) const;
   int num_shards(std::int64_t version) const;  // from the index
 
+  // Throws CheckpointError naming the file when `latest` is corrupt.
   std::optional<std::int64_t> latest() const;
+  // The same without throwing, for the readers that cope with a corrupt pointer.
+  LatestPointer latest_pointer() const;
   // "latest", "12", "v000012", or a tag name.
   std::int64_t resolve(const std::string& version_or_tag) const;
   // The newest valid version, passing over corrupt or incomplete ones.
@@ -123,6 +135,7 @@ class CheckpointStore {
   void tag(std::int64_t version, const std::string& name);
   void untag(const std::string& name);
   // Moves `latest` to a version or tag; refuses a target that is not valid.
+  // Also repairs a corrupt `latest` (`from` is then empty).
   RollbackResult rollback_to(const std::string& version_or_tag);
   // Moves `latest` to the newest valid version older than the current `latest`.
   RollbackResult rollback_previous();
