@@ -1,6 +1,7 @@
 // `moerl train`: MPI bootstrap, configuration agreement, roles, then the run.
 
 #include <climits>
+#include <cmath>
 #include <iostream>
 #include <optional>
 
@@ -63,7 +64,17 @@ int run_roles(const config::Config& config, const TrainOptions& options) {
 
   if (!options.dry_run) {
     runtime::StopCoordinator stop(mailbox);
-    return learner::run_role(config, world, mailbox, stop, options.init_path, options.resume);
+    const int status = learner::run_role(config, world, mailbox, stop, options.init_path, options.resume);
+    // Learner 0 gives up first, so that its status is the job's.
+    const double shutdown_s = config.cluster.shutdown_timeout_s * (world.is_coordinator() ? 1 : 2);
+    if (!runtime::every_rank_arrives(world.world_comm(), shutdown_s))
+      runtime::abort_job(world.role_label(),
+                         "not every rank reached the end of the job within " +
+                             std::to_string(static_cast<int>(std::ceil(shutdown_s))) +
+                             " s ([cluster] shutdown_timeout_s): a rank is frozen or lost; ending the job" +
+                             (status == 0 ? std::string() : " (its status: " + std::to_string(status) + ")"),
+                         status == 0 ? runtime::kFatalErrorExitStatus : status);
+    return status;
   }
   const runtime::DryRunResult result = runtime::run_dry_run(config, world, mailbox);
   if (world.is_coordinator()) std::cout << runtime::format_plan(config, world.layout(), result) << std::flush;

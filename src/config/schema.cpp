@@ -100,6 +100,11 @@ std::string toml_float_literal(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
   char buffer[40];
+  // Whole numbers of ordinary size read best as they are typed: 60.0, not 6e+01.
+  if (value == std::floor(value) && std::fabs(value) < 1e15) {
+    std::snprintf(buffer, sizeof buffer, "%.1f", value);
+    return buffer;
+  }
   std::snprintf(buffer, sizeof buffer, "%.17g", value);
   std::string text = buffer;
   // Shortest text that reads back to the same double, with a decimal point
@@ -171,7 +176,8 @@ SectionSpec cluster_section() {
           "silent rank.")
       .greater_than(0);
   b.field("shutdown_timeout_s", &ClusterSection::shutdown_timeout_s,
-          "How long a clean stop may take before the job is aborted.")
+          "At the end of a job the ranks wait this long for each other (learner 0; the others twice "
+          "as long), then the job is aborted: a frozen or lost rank cannot hold it.")
       .greater_than(0);
   b.field("malformed_message_limit", &ClusterSection::malformed_message_limit,
           "Malformed messages a learner drops from one rank (each with a warning) before it stops "

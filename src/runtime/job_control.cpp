@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <csignal>
+#include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "moerl/runtime/logging.h"
 
@@ -31,6 +33,20 @@ extern "C" void on_stop_signal(int signal_number) {
 }
 
 }  // namespace
+
+bool every_rank_arrives(MPI_Comm comm, double timeout_s) {
+  MPI_Request request;
+  MOERL_MPI_CHECK(MPI_Ibarrier(comm, &request));
+  const double deadline = monotonic_seconds() + timeout_s;
+  for (;;) {
+    int done = 0;
+    MOERL_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return true;
+    // The request stays pending: the caller aborts the job.
+    if (monotonic_seconds() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
 
 void add_abort_cleanup(void (*cleanup)()) {
   for (auto& slot : g_abort_cleanups) {

@@ -46,6 +46,30 @@ grep -q "step 1/4" split.txt && fail "resumed run restarted from step 1"
 
 S="$WORK/runs/straight/checkpoints"
 P="$WORK/runs/split/checkpoints"
+
+# A resume keeps the books: learner 0 dies while saving version 4 (after
+# writing step 4's metrics line), the resumed run repeats steps 3 and 4 from
+# version 2. metrics.jsonl then holds each step once, and summary.json keeps
+# the first run's `before` evaluation (equal to the straight run's: deterministic).
+timeout 240 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name=crashed \
+  --set optim.total_steps=4 --set checkpoint.every_steps=2 --set faults.checkpoint_crash_point=before_rename \
+  --set faults.checkpoint_crash_version=4 >crashed.txt 2>&1
+[ $? -ne 0 ] || fail "the run with a crash in the save of version 4 exited 0"
+train crashed 4 4 --resume auto
+expect_contains crashed.txt "resumed from $WORK/runs/crashed/checkpoints version 2" "crashed: resumed from version 2"
+python3 - "$WORK/runs" <<'PY' || fail "the resumed run's books"
+import json, sys
+runs = sys.argv[1]
+steps = [json.loads(l)["step"] for l in open(runs + "/crashed/metrics.jsonl")]
+assert steps == [1, 2, 3, 4], ("metrics.jsonl steps", steps)
+straight = json.load(open(runs + "/straight/summary.json"))
+crashed = json.load(open(runs + "/crashed/summary.json"))
+assert crashed["before"] == straight["before"] and crashed["before"], (crashed["before"], straight["before"])
+for family, score in crashed["before"].items():
+    assert score["episodes"] + score["env_failures"] == 1, (family, score)
+print("resumed books: steps", steps, "before", crashed["before"])
+PY
+same "$S:4" "$WORK/runs/crashed/checkpoints:4" "a crash in a save, then resume: equal to the straight run"
 same "$S:2" "$P:2" "two runs of the same config: equal checkpoints after 2 steps"
 same "$S:4" "$P:4" "4 straight steps equal 2 + resume + 2"
 # What was compared includes the optimizer, RNG and staleness state and the cursor.

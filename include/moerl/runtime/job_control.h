@@ -12,6 +12,8 @@
 // MPI_Abort, which ends every rank promptly with a non-zero status — a job
 // never hangs waiting for a dead peer.
 
+#include <mpi.h>
+
 #include <string>
 
 #include "moerl/runtime/mailbox.h"
@@ -50,6 +52,11 @@ constexpr int kFatalErrorExitStatus = 1;
 // out) on a failure it could not work around: no progress, every task
 // family paused, repeated malformed messages from one rank.
 constexpr int kJobFailedExitStatus = 3;
+
+// The end of a job: every rank of `comm` arrives (a barrier), or false after
+// timeout_s. MPI_Finalize waits for every rank, so without this a frozen or
+// lost rank would hold the job forever after the others stopped cleanly.
+bool every_rank_arrives(MPI_Comm comm, double timeout_s);
 
 // A function abort paths run before the process goes (abort_job, a second
 // stop signal): it must be async-signal-safe (e.g. kill(2) of child process

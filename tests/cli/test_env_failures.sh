@@ -1,0 +1,147 @@
+# What a failing environment costs (docs/external_env.md), end to end under
+# mpirun with 1 learner, 2 actors and 1 env worker on a tiny model:
+#   - permanent injected crashes of built-in families: every step completes,
+#     failures are counted per family and reason in summary.json;
+#   - an external environment in every misbehaviour class (tests/fixtures/
+#     flaky_env.py, on every other group's seed): the job completes, each
+#     class is counted under its reason, exactly once per failed session, and
+#     no environment process is left in the process table;
+#   - a family whose sessions all fail is paused and the job goes on with the
+#     others; when it is the only family, the job stops cleanly (status 3)
+#     naming it;
+#   - a frozen env worker (SIGSTOP) stops the job within message_timeout_s,
+#     naming that rank; a SIGKILLed env worker leaves no environment process.
+source "$(dirname "$0")/lib.sh" "$@"
+CONFIG="$SOURCE_DIR/configs/quickstart.toml"
+FLAKY="python3 $SOURCE_DIR/tests/fixtures/flaky_env.py"
+SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
+       --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
+       --set rollout.max_tokens_per_episode=256 --set rollout.eval_episodes=2 --set algo.groups_per_step=2
+       --set pretrain.episodes=40 --set pretrain.steps=5 --set pretrain.batch_episodes=4 --set cluster.message_timeout_s=30
+       --set telemetry.metrics_interval_s=0.2)
+timeout 120 "$MOERL" pretrain --config "$CONFIG" "${SMALL[@]}" >pretrain.txt 2>&1
+expect_status 0 $? "pretrain"
+BASE="$WORK/runs/quickstart/base.pt"
+
+train() {  # train NAME STATUS [extra args...]: runs 4 steps, expects STATUS
+  local name=$1 want=$2
+  shift 2
+  timeout 240 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
+    --set optim.total_steps=4 --init "$BASE" "$@" >"$name.txt" 2>&1
+  expect_status "$want" $? "train $name"
+}
+rank_pid() {  # rank_pid RUN_NAME RANK: the pid of that rank of the job started with run.name=RUN_NAME
+  local pid
+  for pid in $(pgrep -f "run.name=$1"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$pid"; return; }
+  done
+}
+no_env_processes() {  # no_env_processes WHAT: nothing of flaky_env.py is left running
+  sleep 0.5
+  if pgrep -f "tests/fixtures/flaky_env.py" >/dev/null; then
+    fail "$1: environment processes left behind: $(pgrep -af tests/fixtures/flaky_env.py | head -3)"
+    pkill -9 -f "tests/fixtures/flaky_env.py"
+  fi
+}
+
+# 1. Permanent injected crashes of built-in families.
+train builtin 0 --set faults.env_crash_rate=0.3 --set faults.env_fault_attempts=100 --set env.breaker_failures=0
+for step in 1 2 3 4; do expect_contains builtin.txt "step $step/4 v$step |" "builtin: step $step"; done
+python3 - "$WORK/runs/builtin/summary.json" <<'PY' || fail "builtin: summary.json counts the failures"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["steps"] == 4, s["steps"]
+failures = s["env_failures"]
+assert failures and all(set(r) == {"crashed"} for r in failures.values()), failures
+assert sum(r["crashed"] for r in failures.values()) > 0, failures
+for phase in ("before", "after"):
+    for family, score in s[phase].items():
+        assert score["episodes"] + score["env_failures"] == 2, (phase, family, score)
+print("builtin failures:", failures)
+PY
+
+# 2. Every misbehaviour class of an external environment, on every other
+# group's seed (training seeds count up from run.seed * 1000003).
+LOG="$WORK/faults.log"
+CLASSES=crash,hang,not_json,debug_line,wrong_id,missing_field,nan_reward,inf_reward,refuse,slow_open
+train external 0 --set 'env.families=["external"]' --set env.breaker_failures=0 --set rollout.group_size=4 \
+  --set env.timeout_s=2 --set env.external.startup_timeout_s=3 --set optim.total_steps=10 \
+  --set "env.external.command=$FLAKY --faults $CLASSES --alternate --period 20 --seed-base 1000003 --slow-s 6 --log $LOG"
+expect_contains external.txt "step 10/10 v10 |" "external: every step"
+python3 - "$WORK/runs/external/summary.json" "$LOG" <<'PY' || { fail "external: failure accounting"; tail -n 20 external.txt | sed 's/^/    | /'; }
+import collections, json, sys
+s = json.load(open(sys.argv[1]))
+fired = collections.Counter(line.split()[1] for line in open(sys.argv[2]))
+reason = {"crash": "crashed", "hang": "timeout", "not_json": "invalid_json", "debug_line": "invalid_json",
+          "wrong_id": "wrong_id", "missing_field": "missing_field", "nan_reward": "invalid_reward",
+          "inf_reward": "invalid_reward", "refuse": "refused", "slow_open": "timeout"}
+expected = collections.Counter()
+for fault, n in fired.items():
+    # Every failed session used all max_retries + 1 = 3 attempts, each of which fired the fault once.
+    assert n % 3 == 0, (fault, n)
+    expected[reason[fault]] += n // 3
+counted = s["env_failures"].get("external", {})
+print("faults fired (attempts):", dict(fired))
+print("sessions failed, by reason:", counted)
+assert counted == dict(expected), (counted, dict(expected))
+assert set(fired) == set(reason), ("classes that never fired", set(reason) - set(fired))
+assert s["steps"] == 10
+PY
+no_env_processes "external"
+
+# 3. A family whose sessions all fail is paused; the job goes on with the other.
+train paused 0 --set 'env.families=["sort","external"]' --set env.breaker_failures=4 --set env.breaker_cooldown_s=600 \
+  --set "env.external.command=$FLAKY --faults crash --at-turn 1"
+expect_contains paused.txt "family 'external' paused for 600 s" "paused: the pause is logged"
+expect_contains paused.txt "step 4/4 v4 |" "paused: the job finishes on sort"
+python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['family_pauses'] >= 1, s" \
+  "$WORK/runs/paused/summary.json" || fail "paused: family_pauses in summary.json"
+no_env_processes "paused"
+# ... and when it is the only family the job stops cleanly, naming it.
+train only 3 --set 'env.families=["external"]' --set env.breaker_failures=4 \
+  --set "env.external.command=$FLAKY --faults crash --at-turn 1"
+expect_contains only.txt "every task family is paused by the circuit breaker" "only: the reason"
+expect_contains only.txt "external: " "only: the family named"
+grep -q "fatal error" only.txt && fail "only: a clean stop, not a fatal error"
+no_env_processes "only"
+
+# 4. A frozen env worker: the learner names it within message_timeout_s and the job stops cleanly.
+"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name=frozen --set optim.total_steps=1000 \
+  --set cluster.message_timeout_s=6 --set telemetry.per_rank_log_files=true --init "$BASE" >frozen.txt 2>&1 &
+launcher=$!
+for _ in $(seq 1 240); do grep -q "step 2/1000" frozen.txt && break; sleep 0.25; done
+ENV_RANK=3
+worker=$(rank_pid frozen $ENV_RANK)
+if [ -z "$worker" ]; then
+  fail "frozen: could not find the env worker's process"
+  kill -9 $launcher
+else
+  kill -STOP "$worker"
+  stopped_at=$(date +%s)
+  timeout 60 tail --pid=$launcher -f /dev/null
+  waited=$(( $(date +%s) - stopped_at ))
+  kill -CONT "$worker" 2>/dev/null
+  wait $launcher
+  status=$?
+  expect_status 3 $status "frozen: the job stops with status 3"
+  expect_contains frozen.txt "no episodes arrived for" "frozen: the reason"
+  expect_contains frozen.txt "env_worker 0 (rank $ENV_RANK)" "frozen: the env worker named"
+  [ "$waited" -le 30 ] || fail "frozen: the stop took $waited s (message_timeout_s = 6)"
+fi
+
+# 5. A SIGKILLed env worker with a hung environment leaves no process behind.
+"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name=killed --set 'env.families=["external"]' \
+  --set env.timeout_s=600 --set "env.external.command=$FLAKY --faults hang --at-turn 1" --init "$BASE" >killed.txt 2>&1 &
+launcher=$!
+for _ in $(seq 1 240); do pgrep -f "tests/fixtures/flaky_env.py" >/dev/null && break; sleep 0.25; done
+sleep 1
+worker=$(rank_pid killed 3)
+if [ -z "$worker" ]; then
+  fail "killed: could not find the env worker's process"
+else
+  kill -9 "$worker"
+fi
+timeout 60 tail --pid=$launcher -f /dev/null || kill -9 $launcher
+wait $launcher
+no_env_processes "killed"
+finish
