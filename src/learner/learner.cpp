@@ -360,8 +360,10 @@ std::vector<std::uint64_t> Learner::complete_groups() {
   for (const auto& [id, episodes] : groups_) {
     if (episodes.size() >= group_size) {
       complete.push_back(id);
-    } else if (unaccounted_members_ > 0 && now - group_last_arrival_[id] > config_.cluster.message_timeout_s) {
-      // Its missing members were most likely in the malformed messages dropped.
+    } else if (unaccounted_members_ > 0 && now - group_last_arrival_[id] > config_.cluster.message_timeout_s / 2) {
+      // Its missing members were most likely in the malformed messages
+      // dropped. Half the progress watch's limit: taken before the watch would
+      // stop a job that waits for nothing else.
       const auto missing = static_cast<std::int64_t>(group_size - episodes.size());
       unaccounted_members_ = std::max<std::int64_t>(0, unaccounted_members_ - missing);
       telemetry::metrics().add("learner.incomplete_groups");

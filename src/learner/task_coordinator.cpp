@@ -144,13 +144,10 @@ bool TaskCoordinator::all_families_paused() const {
 void TaskCoordinator::on_step(std::int64_t groups_consumed, std::int64_t groups_dropped, std::int64_t policy_version,
                               bool training_done) {
   in_flight_ -= groups_consumed + groups_dropped;
-  if (config_.sync.asynchronous) {
-    assigned_this_step_ = 0;
-  } else if (groups_dropped > 0) {
-    assigned_this_step_ -= groups_dropped;  // replace what staleness dropped
-  } else {
-    assigned_this_step_ = 0;
-  }
+  // The step took its quota of groups, trained or dropped: the next step gets
+  // a whole quota again (replacing only the dropped ones would leave the
+  // learners one group short of their quota for ever).
+  assigned_this_step_ = 0;
   step_version_ = policy_version;
   cursor_group_ = next_group_;
   cursor_seed_ = next_seed_;

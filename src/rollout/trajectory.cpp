@@ -71,30 +71,45 @@ void Trajectory::encode(runtime::ByteWriter& w) const {
   w.put(failure_streak);
 }
 
+namespace {
+
+// Reads one field, naming it when the bytes do not hold it (a receiver's
+// warning then says which field of which sender's message was bad).
+template <typename F>
+void read_field(const char* name, F&& read) {
+  try {
+    read();
+  } catch (const runtime::WireError& error) {
+    throw runtime::WireError(std::string("field ") + name + ": " + error.what());
+  }
+}
+
+}  // namespace
+
 Trajectory Trajectory::decode(runtime::ByteReader& r) {
   Trajectory t;
-  t.episode_id = r.get<std::uint64_t>();
-  t.group_id = r.get<std::uint64_t>();
-  t.actor = r.get<std::int32_t>();
-  t.task = env::read_task(r);
-  t.evaluation = r.get<std::uint8_t>() != 0;
-  t.tokens = r.get_vector<std::int32_t>();
-  t.generated = r.get_vector<std::uint8_t>();
-  t.behaviour_logprobs = r.get_vector<float>();
-  t.versions = r.get_vector<std::int32_t>();
-  t.routing = r.get_vector<std::uint8_t>();
-  t.moe_layers = r.get<std::int32_t>();
-  t.top_k = r.get<std::int32_t>();
-  t.turn_rewards = r.get_vector<float>();
-  t.reward = r.get<double>();
-  t.success = r.get<std::uint8_t>() != 0;
-  t.truncated = r.get<std::uint8_t>() != 0;
-  t.wall_s = r.get<double>();
-  t.failure = env::read_failure_reason(r);
-  t.error = r.get_string();
-  t.failure_turn = r.get<std::int32_t>();
-  t.failure_attempts = r.get<std::int32_t>();
-  t.failure_streak = r.get<std::int32_t>();
+  read_field("episode_id", [&] { t.episode_id = r.get<std::uint64_t>(); });
+  read_field("group_id", [&] { t.group_id = r.get<std::uint64_t>(); });
+  read_field("actor", [&] { t.actor = r.get<std::int32_t>(); });
+  read_field("task", [&] { t.task = env::read_task(r); });
+  read_field("evaluation", [&] { t.evaluation = r.get<std::uint8_t>() != 0; });
+  read_field("tokens", [&] { t.tokens = r.get_vector<std::int32_t>(); });
+  read_field("generated", [&] { t.generated = r.get_vector<std::uint8_t>(); });
+  read_field("behaviour_logprobs", [&] { t.behaviour_logprobs = r.get_vector<float>(); });
+  read_field("versions", [&] { t.versions = r.get_vector<std::int32_t>(); });
+  read_field("routing", [&] { t.routing = r.get_vector<std::uint8_t>(); });
+  read_field("moe_layers", [&] { t.moe_layers = r.get<std::int32_t>(); });
+  read_field("top_k", [&] { t.top_k = r.get<std::int32_t>(); });
+  read_field("turn_rewards", [&] { t.turn_rewards = r.get_vector<float>(); });
+  read_field("reward", [&] { t.reward = r.get<double>(); });
+  read_field("success", [&] { t.success = r.get<std::uint8_t>() != 0; });
+  read_field("truncated", [&] { t.truncated = r.get<std::uint8_t>() != 0; });
+  read_field("wall_s", [&] { t.wall_s = r.get<double>(); });
+  read_field("failure", [&] { t.failure = env::read_failure_reason(r); });
+  read_field("error", [&] { t.error = r.get_string(); });
+  read_field("failure_turn", [&] { t.failure_turn = r.get<std::int32_t>(); });
+  read_field("failure_attempts", [&] { t.failure_attempts = r.get<std::int32_t>(); });
+  read_field("failure_streak", [&] { t.failure_streak = r.get<std::int32_t>(); });
   if (t.failed() && !t.tokens.empty())
     throw runtime::WireError("trajectory: a failure record (" + std::string(env::failure_reason_name(t.failure)) +
                              ") carries " + std::to_string(t.tokens.size()) + " tokens");
