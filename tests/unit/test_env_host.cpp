@@ -348,6 +348,15 @@ TEST_CASE("an external command that cannot start fails clearly after retries", "
   const EnvReply reply = await(host, 1001);
   CHECK_FALSE(reply.ok);
   CHECK_THAT(reply.error, Catch::Contains("open failed after 3 attempts") && Catch::Contains("exited with status 7"));
+  CHECK(reply.failure == FailureReason::FailureCrashed);
+  // A command the shell cannot find is reported as such.
+  options.external.command = "/nonexistent/moerl-env --flag";
+  SessionHost missing(options);
+  missing.submit(open_request(2, "external", 1));
+  const EnvReply not_found = await(missing, 1002);
+  CHECK_FALSE(not_found.ok);
+  CHECK(not_found.failure == FailureReason::FailureCannotStart);
+  CHECK_THAT(not_found.error, Catch::Contains("(cannot_start)") && Catch::Contains("the shell could not run the command"));
 }
 
 TEST_CASE("an external process answering with wrong fields is refused clearly", "[env][external][faults]") {
