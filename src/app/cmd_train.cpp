@@ -1,6 +1,10 @@
 // `moerl train`: MPI bootstrap, configuration agreement, roles, then the run.
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -11,10 +15,13 @@
 #include "moerl/config/config.h"
 #include "moerl/learner/roles.h"
 #include "moerl/runtime/dry_run.h"
+#include "moerl/runtime/fault_tolerance.h"
+#include "moerl/runtime/heartbeat.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/logging.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
+#include "moerl/runtime/rank_record.h"
 #include "moerl/runtime/world.h"
 #include "moerl/telemetry/metrics.h"
 
@@ -51,6 +58,22 @@ std::optional<config::Config> load_agreed_config(const TrainOptions& options, in
   return std::nullopt;
 }
 
+// Which attempt of the job this is (scripts/launch.sh counts restarts in MOERL_RESTARTS).
+int restart_number() {
+  const char* restarts = std::getenv("MOERL_RESTARTS");
+  return restarts ? std::max(0, std::atoi(restarts)) : 0;
+}
+
+runtime::Heartbeat identity(const runtime::World& world) {
+  runtime::Heartbeat h;
+  h.rank = world.rank();
+  h.role = runtime::role_name(world.role());
+  h.role_index = world.role_index();
+  h.host = world.hostname();
+  h.pid = static_cast<std::int64_t>(getpid());
+  return h;
+}
+
 int run_roles(const config::Config& config, const TrainOptions& options) {
   runtime::World world(config, MPI_COMM_WORLD);
   std::string per_rank_file;
@@ -61,10 +84,19 @@ int run_roles(const config::Config& config, const TrainOptions& options) {
   // Deterministic runs: one thread, so no result depends on the host's core count.
   set_compute_threads(config.run.deterministic ? 1 : world.compute_threads());
   runtime::Mailbox mailbox(world.message_comm(), config.cluster.message_timeout_s);
+  if (world.is_coordinator()) spdlog::info("MPI: {}", runtime::mpi_description());
+  const int restart = restart_number();
+  if (!options.dry_run) runtime::write_rank_record(config.run_directory(), world, restart);
+  using Mode = runtime::HeartbeatThread::Mode;
+  const Mode mode = options.dry_run ? Mode::ModeQuiet : world.is_coordinator() ? Mode::ModeCoordinator : Mode::ModeMember;
+  runtime::HeartbeatThread heartbeat(mailbox, world.layout(), identity(world),
+                                     {config.cluster.heartbeat_interval_s, config.cluster.heartbeat_timeout_s, mode});
 
   if (!options.dry_run) {
     runtime::StopCoordinator stop(mailbox);
-    const int status = learner::run_role(config, world, mailbox, stop, options.init_path, options.resume);
+    const int status =
+        learner::run_role(config, world, mailbox, stop, options.init_path, options.resume, &heartbeat);
+    heartbeat.stop_watching();
     // Learner 0 gives up first, so that its status is the job's.
     const double shutdown_s = config.cluster.shutdown_timeout_s * (world.is_coordinator() ? 1 : 2);
     if (!runtime::every_rank_arrives(world.world_comm(), shutdown_s))

@@ -73,6 +73,7 @@ int run_bench(const BenchOptionsCli& options);
 
 // "moerl 0.1.0 (LibTorch 1.13.1, Open MPI v4.1.4, CUDA kernels: built)".
 std::string version_text();
+std::string mpiexec_path();  // the launcher of the MPI moerl was built against
 // Sets LibTorch's intra-op threads (the only place the app touches ATen).
 void set_compute_threads(int threads);
 

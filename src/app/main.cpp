@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <malloc.h>
 
+#include <cstdio>
+
 #include <iostream>
 
 #include "checkpoint_command.h"
@@ -28,6 +30,12 @@ int main(int argc, char** argv) {
   CLI::App app{"moerl: reinforcement-learning post-training of Mixture-of-Experts language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", moerl::app::version_text());
+  // For scripts/launch.sh: the launcher of the MPI this binary links (hidden).
+  app.add_flag_callback("--mpiexec", [] {
+       std::printf("%s\n", moerl::app::mpiexec_path().c_str());
+       throw CLI::Success();
+     })
+      ->group("");
 
   // Config paths are checked by config::load_config_file, not by CLI11's
   // ExistingFile: that gives a directory or a missing file the documented
@@ -52,7 +60,7 @@ int main(int argc, char** argv) {
   config_cmd->require_subcommand(1);
   auto* check_cmd = config_cmd->add_subcommand("check", "Validate FILE; exit 2 with every error on failure");
   auto* show_cmd = config_cmd->add_subcommand("show", "Print the resolved configuration (defaults included) as TOML");
-  auto* reference_cmd = config_cmd->add_subcommand("reference", "Print every section and key as a Markdown table");
+  config_cmd->add_subcommand("reference", "Print every section and key as a Markdown table");
   auto* get_cmd = config_cmd->add_subcommand(
       "get", "Print one resolved value (strings unquoted); also run.directory and cluster.ranks (for scripts)");
   get_cmd->add_option("file", config.config_path, "TOML run configuration")->required();

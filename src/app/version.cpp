@@ -20,8 +20,21 @@ std::string version_text() {
 #else
   const char* cuda = "not built";
 #endif
-  return std::string("moerl ") + MOERL_VERSION + " (LibTorch " + TORCH_VERSION + ", " + mpi +
+#ifdef MOERL_HAVE_ULFM
+  const char* ulfm = " with ULFM";
+#else
+  const char* ulfm = " without ULFM";
+#endif
+  return std::string("moerl ") + MOERL_VERSION + " (LibTorch " + TORCH_VERSION + ", " + mpi + ulfm +
          ", CUDA kernels: " + cuda + ")";
+}
+
+std::string mpiexec_path() {
+#ifdef MOERL_MPIEXEC
+  return MOERL_MPIEXEC;
+#else
+  return "mpiexec";
+#endif
 }
 
 void set_compute_threads(int threads) {

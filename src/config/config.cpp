@@ -273,6 +273,9 @@ class Loader {
     require(!config_.env.families.empty(), "env.families", "must name at least one task family");
     require(!(config_.env.reward_min >= config_.env.reward_max), "env.reward_max",
             "must be greater than env.reward_min");
+    require(config_.cluster.heartbeat_timeout_s > 2 * config_.cluster.heartbeat_interval_s,
+            "cluster.heartbeat_timeout_s",
+            "must be more than twice cluster.heartbeat_interval_s (one late beat is not a loss)");
     // Asynchronous rollouts make which weights sample which tokens a matter of timing.
     require(!(config_.run.deterministic && config_.sync.asynchronous), "run.deterministic",
             "needs synchronous rollouts: set sync.asynchronous = false");

@@ -179,6 +179,14 @@ SectionSpec cluster_section() {
           "At the end of a job the ranks wait this long for each other (learner 0; the others twice "
           "as long), then the job is aborted: a frozen or lost rank cannot hold it.")
       .greater_than(0);
+  b.field("heartbeat_interval_s", &ClusterSection::heartbeat_interval_s,
+          "Every rank tells learner 0 this often that it is alive (from a thread that beats while the "
+          "rank computes), and learner 0 tells every rank.")
+      .greater_than(0);
+  b.field("heartbeat_timeout_s", &ClusterSection::heartbeat_timeout_s,
+          "A rank silent this long is declared lost (a frozen rank is found this way); a rank that hears "
+          "nothing from learner 0 this long ends itself.")
+      .greater_than(0);
   b.field("malformed_message_limit", &ClusterSection::malformed_message_limit,
           "Malformed messages a learner drops from one rank (each with a warning) before it stops "
           "the job naming that rank.")

@@ -77,7 +77,7 @@ class GroupWatchdog {
   void announce(char op, pid_t group) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (lifeline_ < 0) return;
-    const std::string line = std::string(1, op) + std::to_string(group) + "\n";
+    const std::string line = std::string(1, op) + " " + std::to_string(group) + "\n";  // "+ 123": read -r op group
     // One short write to a pipe is atomic; a dead watchdog (EPIPE) is not our failure.
     [[maybe_unused]] const ssize_t written = ::write(lifeline_, line.data(), line.size());
   }

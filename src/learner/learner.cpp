@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iomanip>
@@ -53,6 +54,17 @@ PpoOptions ppo_options(const config::AlgoSection& a) {
   o.value_clip = a.value_clip;
   o.whiten_advantages = a.whiten_advantages;
   return o;
+}
+
+// How often scripts/launch.sh restarted this job, and why the last time.
+int launcher_restarts() {
+  const char* restarts = std::getenv("MOERL_RESTARTS");
+  return restarts ? std::max(0, std::atoi(restarts)) : 0;
+}
+
+std::string restart_cause() {
+  const char* cause = std::getenv("MOERL_RESTART_CAUSE");
+  return cause ? cause : "";
 }
 
 std::string format_duration(double seconds) {
@@ -119,6 +131,12 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
         coordinator_->resume(static_cast<std::uint64_t>(state->next_group), static_cast<std::uint64_t>(state->next_seed),
                              version_);
         restore_books(state->coordinator_books);
+        if (launcher_restarts() > 0) {
+          RankFailure restart;
+          restart.kind = "restart " + std::to_string(launcher_restarts()) + " by scripts/launch.sh: " + restart_cause();
+          restart.step = step_;
+          coordinator_->record_rank_failure(restart);
+        }
         checkpoints_->accept_latest();
         telemetry::metrics().add("learner.dropped_groups", static_cast<double>(staleness_.dropped_groups));
       }
@@ -222,8 +240,29 @@ void Learner::drop_malformed(const runtime::MessageError& error, bool lost_episo
              error.what());
 }
 
-void Learner::fail_job(const std::string& reason) {
-  if (pending_failure_.empty() && job_failure_.empty()) pending_failure_ = reason;
+void Learner::fail_job(const std::string& reason, int status) {
+  if (!pending_failure_.empty() || !job_failure_.empty()) return;
+  pending_failure_ = reason;
+  pending_failure_status_ = status;
+}
+
+void Learner::on_rank_lost(const runtime::LostRank& lost) {
+  // Without failover (yet, or without a fault-tolerant MPI) every lost rank
+  // ends the job cleanly: checkpoint saved, status 4, and scripts/launch.sh
+  // restarts it with --resume auto.
+  spdlog::error("{}", lost.describe());
+  telemetry::metrics().add("coordinator.lost_ranks");
+  RankFailure failure;
+  failure.rank = lost.rank;
+  failure.role = runtime::role_name(lost.role);
+  failure.role_index = lost.role_index;
+  failure.host = lost.host;
+  failure.kind = "lost: " + lost.why;
+  failure.detected_after_s = lost.silent_s;
+  failure.step = step_;
+  coordinator_->record_rank_failure(failure);
+  fail_job(lost.describe() + "; the job stops so that it can be restarted from its checkpoint",
+           runtime::kLostRankExitStatus);
 }
 
 void Learner::watch_progress() {
@@ -285,6 +324,10 @@ void Learner::write_metrics_line() {
 
 size_t Learner::serve_once() {
   std::lock_guard<std::mutex> lock(service_mutex_);
+  if (heartbeat_) {
+    heartbeat_->set_job_progress(step_, version_);
+    for (const runtime::LostRank& lost : heartbeat_->take_lost()) on_rank_lost(lost);
+  }
   if (coordinator_) coordinator_->serve(version_);
   receive_episodes();
   collect_metrics();
@@ -306,15 +349,18 @@ void Learner::serve_while(const std::function<bool()>& busy, bool waits_for_epis
     serve_once();
     if (publisher_ && publisher_->in_flight()) publisher_->progress();
     std::string failure;
+    int failure_status = 0;
     double idle_s = 0;
     {
       std::lock_guard<std::mutex> lock(service_mutex_);
       if (waits_for_episodes && coordinator_) watch_progress();
       failure.swap(pending_failure_);
+      failure_status = pending_failure_status_;
       idle_s = watch_.idle_s(now_s());
     }
     if (!failure.empty()) {
       job_failure_ = failure;
+      job_failure_status_ = failure_status;
       spdlog::error("learner {}: stopping the job: {}", world_.role_index(), failure);
       if (stop_) stop_->request_stop(failure);
     }
@@ -960,7 +1006,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
   if (stop.should_stop()) return;
   std::printf("\n%s", coordinator_->evaluation_table().c_str());
   const std::string summary_path = config_.run_directory() + "/summary.json";
-  std::ofstream(summary_path) << coordinator_->summary_json(step_, wall) << "\n";
+  std::ofstream(summary_path) << coordinator_->summary_json(step_, wall, launcher_restarts()) << "\n";
   std::printf("steps %lld, wall %.0f s; summary: %s\n", static_cast<long long>(step_), wall, summary_path.c_str());
   std::fflush(stdout);
 }

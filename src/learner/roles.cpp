@@ -42,7 +42,8 @@ void wait_for_stop(runtime::StopCoordinator& stop, double timeout_s, const std::
 }  // namespace
 
 int run_role(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
-             runtime::StopCoordinator& stop, const std::string& init_path, const std::string& resume) {
+             runtime::StopCoordinator& stop, const std::string& init_path, const std::string& resume,
+             runtime::HeartbeatThread* heartbeat) {
   const double final_wait_s = 20 * config.cluster.message_timeout_s;
   switch (world.role()) {
     case runtime::Role::EnvWorker: {
@@ -60,7 +61,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       policy->eval();
       torch::NoGradGuard no_grad;
       comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
-      rollout::Actor actor(config, world, mailbox, policy, sync_comm);
+      rollout::Actor actor(config, world, mailbox, policy, sync_comm, heartbeat ? &heartbeat->load() : nullptr);
       actor.run(stop);
       wait_for_stop(stop, final_wait_s, world.role_label());
       return 0;
@@ -91,6 +92,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       std::unique_ptr<comm::MpiCommunicator> sync_comm;
       if (world.is_coordinator()) sync_comm = std::make_unique<comm::MpiCommunicator>(world.sync_comm(), "weight-sync group");
       Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume);
+      if (world.is_coordinator()) learner.set_heartbeat(heartbeat);
       learner.run(stop);
       if (world.is_coordinator()) {
         stop.request_stop("training complete");
@@ -100,7 +102,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       if (!learner.job_failure().empty()) {
         std::fprintf(stderr, "moerl: the job stopped on rank %d (%s): %s\n", world.rank(), world.role_label().c_str(),
                      learner.job_failure().c_str());
-        return runtime::kJobFailedExitStatus;
+        return learner.job_failure_status();
       }
       return 0;
     }

@@ -227,6 +227,35 @@ std::map<std::string, FamilyScore> read_scores(const JsonValue& value) {
   return table;
 }
 
+void write_rank_failures(JsonWriter& json, const std::vector<RankFailure>& failures) {
+  json.begin_array();
+  for (const RankFailure& f : failures)
+    json.begin_object().key("rank").value(f.rank).key("role").value(f.role).key("role_index").value(f.role_index)
+        .key("host").value(f.host).key("kind").value(f.kind).key("detected_after_s").value(f.detected_after_s)
+        .key("recovered_after_s").value(f.recovered_after_s).key("sessions_migrated").value(f.sessions_migrated)
+        .key("episodes_restarted").value(f.episodes_restarted).key("step").value(f.step).end_object();
+  json.end_array();
+}
+
+std::vector<RankFailure> read_rank_failures(const JsonValue& value) {
+  std::vector<RankFailure> failures;
+  for (const JsonValue& entry : value.as_array()) {
+    RankFailure f;
+    f.rank = static_cast<int>(entry.at("rank").as_number());
+    f.role = entry.at("role").as_string();
+    f.role_index = static_cast<int>(entry.at("role_index").as_number());
+    f.host = entry.at("host").as_string();
+    f.kind = entry.at("kind").as_string();
+    f.detected_after_s = entry.at("detected_after_s").as_number();
+    f.recovered_after_s = entry.at("recovered_after_s").is_null() ? -1 : entry.at("recovered_after_s").as_number();
+    f.sessions_migrated = static_cast<int>(entry.at("sessions_migrated").as_number());
+    f.episodes_restarted = static_cast<int>(entry.at("episodes_restarted").as_number());
+    f.step = static_cast<std::int64_t>(entry.at("step").as_number());
+    failures.push_back(std::move(f));
+  }
+  return failures;
+}
+
 }  // namespace
 
 std::string TaskCoordinator::books_json() const {
@@ -235,6 +264,8 @@ std::string TaskCoordinator::books_json() const {
   write_scores(json, before_);
   json.key("env_failures");
   failures_.write_json(json);
+  json.key("rank_failures");
+  write_rank_failures(json, rank_failures_);
   json.end_object();
   return json.str();
 }
@@ -243,9 +274,10 @@ void TaskCoordinator::restore_books(const std::string& text) {
   const JsonValue books = JsonValue::parse(text);
   before_ = read_scores(books.at("before"));
   failures_ = FailureTally::from_json(books.at("env_failures"));
+  if (const JsonValue* ranks = books.find("rank_failures")) rank_failures_ = read_rank_failures(*ranks);
 }
 
-std::string TaskCoordinator::summary_json(std::int64_t steps, double wall_s) const {
+std::string TaskCoordinator::summary_json(std::int64_t steps, double wall_s, int restarts) const {
   JsonWriter json;
   json.begin_object().key("before");
   write_scores(json, before_);
@@ -254,7 +286,10 @@ std::string TaskCoordinator::summary_json(std::int64_t steps, double wall_s) con
   json.key("env_failures");
   failures_.write_json(json);
   json.key("family_pauses").value(breaker_.pauses());
-  json.key("steps").value(steps).key("wall_s").value(wall_s).end_object();
+  json.key("failures");
+  write_rank_failures(json, rank_failures_);
+  json.key("restarts").value(restarts);
+  json.key("steps").value(steps).key("steps_completed").value(steps).key("wall_s").value(wall_s).end_object();
   return json.str();
 }
 

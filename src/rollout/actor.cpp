@@ -58,7 +58,7 @@ double env_reply_deadline_s(const config::Config& config, int turns) {
 }
 
 Actor::Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
-             comm::Communicator& sync_comm)
+             comm::Communicator& sync_comm, runtime::RankLoad* load)
     : config_(config),
       world_(world),
       mailbox_(mailbox),
@@ -71,6 +71,8 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
   MOERL_CHECK(!config.moe.enabled || config.moe.num_experts <= 256,
               "trajectories store expert indices as bytes: [moe] num_experts must be <= 256");
   engine_.set_policy_version(0);
+  load_ = load;
+  if (load_) load_->weight_version = 0;
 }
 
 int Actor::free_slots() const {
@@ -303,6 +305,7 @@ void Actor::apply_new_weights() {
   if (!receiver_.poll()) return;
   const std::int64_t version = receiver_.apply();
   engine_.set_policy_version(version);
+  if (load_) load_->weight_version = version;
   start_waiting_groups();
   telemetry::metrics().set("actor.policy_version", static_cast<double>(version));
   telemetry::metrics().record("sync.receive_s", receiver_.last().seconds);
@@ -327,9 +330,12 @@ void Actor::run(runtime::StopCoordinator& stop) {
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    telemetry::metrics().set("rollout.sessions_waiting_env",
-                             static_cast<double>(std::count_if(episodes_.begin(), episodes_.end(),
-                                                               [](const auto& e) { return e.second.waiting_env; })));
+    const auto waiting = std::count_if(episodes_.begin(), episodes_.end(), [](const auto& e) { return e.second.waiting_env; });
+    telemetry::metrics().set("rollout.sessions_waiting_env", static_cast<double>(waiting));
+    if (load_) {
+      load_->live_sessions = static_cast<std::int32_t>(episodes_.size());
+      load_->queue_depth = static_cast<std::int32_t>(waiting);
+    }
   }
   // Keep the weight-sync collectives matched until learner 0 closes them
   // (it does, also after a stop signal), with a deadline in case it is gone.

@@ -8,12 +8,44 @@
 #include <cstdio>
 #include <thread>
 
+#include "moerl/runtime/fault_tolerance.h"
+#include "moerl/runtime/heartbeat_messages.h"
 #include "moerl/runtime/logging.h"
 
 namespace moerl::runtime {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+
+MPI_Comm g_abort_channel = MPI_COMM_NULL;
+
+// Under ULFM MPI_Abort ends the caller only: every other rank gets a
+// JobAbort (small, eager: the sends complete without the receivers) and ends
+// itself. Best effort, a short bounded wait: a dead peer cannot hold us.
+void tell_every_rank(int rank, int status, const std::string& what) {
+  if (g_abort_channel == MPI_COMM_NULL) return;
+  int size = 0;
+  MPI_Comm_size(g_abort_channel, &size);
+  ByteWriter w;
+  JobAbort{status, what}.encode(w);
+  const std::vector<std::uint8_t> frame = frame_message(MessageType::JobAbort, rank, w.bytes());
+  std::vector<MPI_Request> requests;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    MPI_Request request;
+    if (MPI_Isend(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, peer, static_cast<int>(MessageType::JobAbort),
+                  g_abort_channel, &request) == MPI_SUCCESS)
+      requests.push_back(request);
+  }
+  const double deadline = monotonic_seconds() + 1.0;
+  for (MPI_Request& request : requests) {
+    int done = 0;
+    while (!done && monotonic_seconds() < deadline) {
+      if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) break;
+      if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+}
 
 constexpr int kMaxAbortCleanups = 8;
 std::atomic<void (*)()> g_abort_cleanups[kMaxAbortCleanups] = {};
@@ -40,7 +72,9 @@ bool every_rank_arrives(MPI_Comm comm, double timeout_s) {
   const double deadline = monotonic_seconds() + timeout_s;
   for (;;) {
     int done = 0;
-    MOERL_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    const int tested = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (tested != MPI_SUCCESS && is_process_failure(tested)) return false;  // a rank died (ULFM)
+    MOERL_MPI_CHECK(tested);
     if (done) return true;
     // The request stays pending: the caller aborts the job.
     if (monotonic_seconds() > deadline) return false;
@@ -72,8 +106,14 @@ StopCoordinator::StopCoordinator(Mailbox& mailbox, int coordinator_rank)
     : mailbox_(mailbox), coordinator_(coordinator_rank) {}
 
 void StopCoordinator::broadcast_stop(const std::string& reason) {
-  for (int rank = 0; rank < mailbox_.size(); ++rank)
-    if (rank != mailbox_.rank()) mailbox_.send(rank, Stop{reason});
+  for (int rank = 0; rank < mailbox_.size(); ++rank) {
+    if (rank == mailbox_.rank()) continue;
+    try {
+      mailbox_.send(rank, Stop{reason});
+    } catch (const PeerLostError&) {
+      // A lost rank has nothing to stop.
+    }
+  }
 }
 
 void StopCoordinator::request_stop(const std::string& reason) {
@@ -108,6 +148,46 @@ bool StopCoordinator::should_stop() {
   return stopping_;
 }
 
+void set_abort_channel(MPI_Comm channel) { g_abort_channel = channel; }
+
+std::optional<JobAbortNotice> poll_job_abort() {
+  if (g_abort_channel == MPI_COMM_NULL) return std::nullopt;
+  int arrived = 0;
+  MPI_Status status;
+  if (MPI_Iprobe(MPI_ANY_SOURCE, static_cast<int>(MessageType::JobAbort), g_abort_channel, &arrived, &status) !=
+      MPI_SUCCESS) {
+    acknowledge_failures(g_abort_channel);  // a dead peer (ULFM): look again next time
+    return std::nullopt;
+  }
+  if (!arrived) return std::nullopt;
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  std::vector<std::uint8_t> frame(static_cast<size_t>(count));
+  MPI_Recv(frame.data(), count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, g_abort_channel, MPI_STATUS_IGNORE);
+  JobAbortNotice notice;
+  notice.rank = status.MPI_SOURCE;
+  try {
+    const Envelope envelope = unframe_message(frame, MessageType::JobAbort, status.MPI_SOURCE);
+    ByteReader r(envelope.payload);
+    const JobAbort abort = JobAbort::decode(r);
+    notice.status = abort.status;
+    notice.reason = abort.reason;
+  } catch (const Error& error) {
+    notice.reason = std::string("(its message was malformed: ") + error.what() + ")";
+  }
+  return notice;
+}
+
+void end_this_rank(int status) {
+  flush_logs();
+  run_abort_cleanups();
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
+  std::_Exit(status);
+}
+
 void abort_job(const std::string& role_label, const std::string& what, int status) {
   int rank = -1, initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
@@ -116,10 +196,8 @@ void abort_job(const std::string& role_label, const std::string& what, int statu
   std::fprintf(stderr, "moerl: fatal error on rank %d (%s): %s\nmoerl: stopping the whole job\n",
                rank, role_label.empty() ? "no role yet" : role_label.c_str(), what.c_str());
   std::fflush(stderr);
-  flush_logs();
-  run_abort_cleanups();
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
-  std::_Exit(status);
+  if (initialized && !finalized && fault_tolerant_mpi()) tell_every_rank(rank, status, what);
+  end_this_rank(status);
 }
 
 }  // namespace moerl::runtime

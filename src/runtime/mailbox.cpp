@@ -1,5 +1,7 @@
 #include "moerl/runtime/mailbox.h"
 
+#include "moerl/runtime/fault_tolerance.h"
+
 #include <algorithm>
 #include <chrono>
 #include <sstream>
@@ -42,14 +44,22 @@ void Mailbox::send_frame(int destination, MessageType type, const std::vector<st
   MOERL_CHECK(destination >= 0 && destination < size_,
               "send of " + std::string(message_type_name(type)) + " to rank " +
                   std::to_string(destination) + " outside the world of " + std::to_string(size_));
+  auto lost = [&] {
+    return PeerLostError(destination, "rank " + std::to_string(rank_) + ": sending " + message_type_name(type) +
+                                          " to rank " + std::to_string(destination) + ": MPI reports that rank dead");
+  };
   MPI_Request request;
-  MOERL_MPI_CHECK(MPI_Isend(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, destination,
-                            static_cast<int>(type), comm_, &request));
+  const int posted = MPI_Isend(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, destination,
+                               static_cast<int>(type), comm_, &request);
+  if (posted != MPI_SUCCESS && is_process_failure(posted)) throw lost();
+  MOERL_MPI_CHECK(posted);
   const double deadline = monotonic_seconds() + timeout_s_;
   Backoff backoff;
   for (;;) {
     int done = 0;
-    MOERL_MPI_CHECK(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    const int tested = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (tested != MPI_SUCCESS && is_process_failure(tested)) throw lost();
+    MOERL_MPI_CHECK(tested);
     if (done) return;
     if (monotonic_seconds() > deadline) {
       MPI_Cancel(&request);
@@ -76,7 +86,14 @@ Envelope Mailbox::receive_probed(MessageType type, const MPI_Status& status) {
 std::optional<Envelope> Mailbox::poll_envelope(MessageType type, int source) {
   int arrived = 0;
   MPI_Status status;
-  MOERL_MPI_CHECK(MPI_Iprobe(source, static_cast<int>(type), comm_, &arrived, &status));
+  int probed = MPI_Iprobe(source, static_cast<int>(type), comm_, &arrived, &status);
+  if (probed != MPI_SUCCESS && is_process_failure(probed)) {
+    if (source != MPI_ANY_SOURCE) return std::nullopt;  // a dead peer sends nothing more
+    acknowledge_failures(comm_);
+    probed = MPI_Iprobe(source, static_cast<int>(type), comm_, &arrived, &status);
+    if (probed != MPI_SUCCESS && is_process_failure(probed)) return std::nullopt;
+  }
+  MOERL_MPI_CHECK(probed);
   if (!arrived) return std::nullopt;
   return receive_probed(type, status);
 }

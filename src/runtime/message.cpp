@@ -19,6 +19,12 @@ const char* message_type_name(MessageType type) {
     case MessageType::WorkRequest: return "WorkRequest";
     case MessageType::TaskAssignment: return "TaskAssignment";
     case MessageType::Trajectory: return "Trajectory";
+    case MessageType::Heartbeat: return "Heartbeat";
+    case MessageType::CoordinatorBeat: return "CoordinatorBeat";
+    case MessageType::RankLost: return "RankLost";
+    case MessageType::GroupsCancelled: return "GroupsCancelled";
+    case MessageType::EnvSessionsMoved: return "EnvSessionsMoved";
+    case MessageType::JobAbort: return "JobAbort";
   }
   return "unknown";
 }

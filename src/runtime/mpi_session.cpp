@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include "moerl/core/error.h"
+#include "moerl/runtime/job_control.h"
 
 namespace moerl::runtime {
 
@@ -22,6 +23,11 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MOERL_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MOERL_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_));
+  // The channel abort_job() tells the other ranks on: it must outlive every
+  // other communicator (an error unwinds them before abort_job runs).
+  MOERL_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &abort_channel_));
+  MPI_Comm_set_errhandler(abort_channel_, MPI_ERRORS_RETURN);
+  set_abort_channel(abort_channel_);
   if (provided_ < MPI_THREAD_MULTIPLE) {
     const std::string message = std::string("the MPI library provides ") +
                                 thread_level_name(provided_) +
@@ -35,7 +41,10 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  set_abort_channel(MPI_COMM_NULL);
+  MPI_Comm_free(&abort_channel_);
+  MPI_Finalize();
 }
 
 std::unique_ptr<MpiSession> start_mpi_unless_running() {

@@ -5,7 +5,9 @@ SOURCE_DIR="$2"
 WORK="$(mktemp -d)"
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
-MPIRUN=(mpirun --oversubscribe --allow-run-as-root)
+# Multi-rank jobs start through the project's launcher (the MPI moerl was
+# built against, the flags this machine needs); no restarts unless a test asks.
+LAUNCH=(env MOERL_BIN="$MOERL" "$SOURCE_DIR/scripts/launch.sh" --max-restarts 0)
 failures=0
 
 fail() { echo "FAILED: $*"; failures=$((failures + 1)); }

@@ -5,18 +5,18 @@ CONFIG="$SOURCE_DIR/configs/quickstart.toml"
 
 sed 's/^actors = 2/actros = 2/' "$CONFIG" > misspelt.toml
 line=$(grep -n '^actros' misspelt.toml | cut -d: -f1)
-"${MPIRUN[@]}" -np 4 "$MOERL" train --config misspelt.toml --dry-run >out.txt 2>&1
+"${LAUNCH[@]}" -n 4 train --config misspelt.toml --dry-run >out.txt 2>&1
 expect_status 2 $? "misspelt key under mpirun"
 expect_contains out.txt "misspelt.toml:$line: [cluster] actros: unknown key; did you mean 'actors'?" "misspelt key message"
 expect_count out.txt "unknown key" 1 "message printed once"
 expect_count out.txt "moerl dry run" 0 "no work started"
 
-"${MPIRUN[@]}" -np 3 "$MOERL" train --config "$CONFIG" --dry-run >out.txt 2>&1
+"${LAUNCH[@]}" -n 3 train --config "$CONFIG" --dry-run >out.txt 2>&1
 expect_status 2 $? "wrong rank count"
 expect_contains out.txt "= 4 ranks, but the job has 3" "rank count message"
 expect_count out.txt "but the job has" 1 "rank count message printed once"
 
-"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" --dry-run --set moe.top_k=12 >out.txt 2>&1
+"${LAUNCH[@]}" -n 4 train --config "$CONFIG" --dry-run --set moe.top_k=12 >out.txt 2>&1
 expect_status 2 $? "--set out of range"
 expect_contains out.txt "--set moe.top_k=12: [moe] top_k: must be <= num_experts (8), got 12" "--set message"
 

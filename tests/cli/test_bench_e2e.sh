@@ -10,7 +10,7 @@ SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_
        --set rollout.max_tokens_per_episode=256 --set algo.groups_per_step=2 --set cluster.message_timeout_s=30
        --set algo.drop_zero_variance_groups=false)
 
-timeout 300 "${MPIRUN[@]}" -np 4 "$MOERL" bench e2e --config "$CONFIG" "${SMALL[@]}" --steps 3 --out e2e.json \
+timeout 300 "${LAUNCH[@]}" -n 4 bench e2e --config "$CONFIG" "${SMALL[@]}" --steps 3 --out e2e.json \
   >e2e.txt 2>&1
 expect_status 0 $? "bench e2e"
 expect_contains e2e.txt "async_vs_sync" "report table"

@@ -17,7 +17,7 @@ SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_
 train() {  # train NAME STEPS [extra args...]; output in NAME.txt, status in $status
   local name=$1 steps=$2
   shift 2
-  timeout 200 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
+  timeout 200 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
     --set optim.total_steps="$steps" --set checkpoint.every_steps=1 "$@" >"$name.txt" 2>&1
   status=$?
 }
@@ -65,7 +65,7 @@ expect_status 0 "$status" "resume after the crash before the index"
 expect_contains crash_before_index.txt "not using v000002: version v000002 is incomplete" "incomplete version passed over, said"
 
 # --- every_minutes alone, and a rollback while the job runs. -----------------
-"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name=live --set optim.total_steps=1000 \
+"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name=live --set optim.total_steps=1000 \
   --set checkpoint.every_steps=0 --set checkpoint.every_minutes=0.0001 --set checkpoint.keep_last=100000 >live.txt 2>&1 &
 launcher=$!
 L="$WORK/runs/live/checkpoints"

@@ -2,7 +2,7 @@
 # role, and learner 0 wrote a metrics line with all four ranks in it.
 source "$(dirname "$0")/lib.sh" "$@"
 
-"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$SOURCE_DIR/configs/quickstart.toml" --dry-run \
+"${LAUNCH[@]}" -n 4 train --config "$SOURCE_DIR/configs/quickstart.toml" --dry-run \
   --set run.output_dir="$WORK/runs" >out.txt 2>err.txt
 expect_status 0 $? "dry run"
 expect_contains out.txt "4 ranks on 1 host" "plan header"
@@ -20,7 +20,7 @@ assert record["roles"]["actor"]["ranks"] == 2
 assert record["roles"]["actor"]["histograms"]["runtime.ping_round_trip_s"]["count"] == 6
 PY
 # Per-rank log files, every line tagged with rank and role.
-"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$SOURCE_DIR/configs/quickstart.toml" --dry-run \
+"${LAUNCH[@]}" -n 4 train --config "$SOURCE_DIR/configs/quickstart.toml" --dry-run \
   --set run.output_dir="$WORK/runs2" --set telemetry.per_rank_log_files=true --log-level debug >out.txt 2>&1
 expect_status 0 $? "dry run with per-rank logs"
 for rank in 0 1 2 3; do

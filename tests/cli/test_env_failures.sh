@@ -26,15 +26,14 @@ BASE="$WORK/runs/quickstart/base.pt"
 train() {  # train NAME STATUS [extra args...]: runs 4 steps, expects STATUS
   local name=$1 want=$2
   shift 2
-  timeout 240 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
+  timeout 240 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
     --set optim.total_steps=4 --init "$BASE" "$@" >"$name.txt" 2>&1
   expect_status "$want" $? "train $name"
 }
-rank_pid() {  # rank_pid RUN_NAME RANK: the pid of that rank of the job started with run.name=RUN_NAME
-  local pid
-  for pid in $(pgrep -f "run.name=$1"); do
-    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$pid"; return; }
-  done
+rank_pid() {  # rank_pid RUN_NAME RANK: that rank's pid, from the record it writes when it starts
+  local record="$WORK/runs/$1/ranks/rank-$2.json"
+  for _ in $(seq 1 200); do [ -s "$record" ] && break; sleep 0.1; done
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pid'])" "$record" 2>/dev/null
 }
 no_env_processes() {  # no_env_processes WHAT: nothing of flaky_env.py is left running
   sleep 0.5
@@ -106,7 +105,7 @@ grep -q "fatal error" only.txt && fail "only: a clean stop, not a fatal error"
 no_env_processes "only"
 
 # 4. A frozen env worker: the learner names it within message_timeout_s and the job stops cleanly.
-"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name=frozen --set optim.total_steps=1000 \
+"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name=frozen --set optim.total_steps=1000 \
   --set cluster.message_timeout_s=6 --set telemetry.per_rank_log_files=true --init "$BASE" >frozen.txt 2>&1 &
 launcher=$!
 for _ in $(seq 1 240); do grep -q "step 2/1000" frozen.txt && break; sleep 0.25; done
@@ -130,7 +129,7 @@ else
 fi
 
 # 5. A SIGKILLed env worker with a hung environment leaves no process behind.
-"${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name=killed --set 'env.families=["external"]' \
+"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name=killed --set 'env.families=["external"]' \
   --set env.timeout_s=600 --set "env.external.command=$FLAKY --faults hang --at-turn 1" --init "$BASE" >killed.txt 2>&1 &
 launcher=$!
 for _ in $(seq 1 240); do pgrep -f "tests/fixtures/flaky_env.py" >/dev/null && break; sleep 0.25; done

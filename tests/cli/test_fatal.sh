@@ -4,7 +4,7 @@ source "$(dirname "$0")/lib.sh" "$@"
 CONFIG="$SOURCE_DIR/configs/quickstart.toml"
 
 start=$(date +%s)
-timeout 60 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" --dry-run \
+timeout 60 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" --dry-run \
   --set run.output_dir="$WORK/runs" --set faults.fail_rank=2 >out.txt 2>&1
 status=$?
 [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "fatal error: exit status $status"
@@ -12,7 +12,7 @@ expect_contains out.txt "fatal error on rank 2 (actor): injected failure" "fatal
 [ $(( $(date +%s) - start )) -lt 30 ] || fail "fatal error took more than 30 s to end the job"
 
 start=$(date +%s)
-timeout 60 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" --dry-run \
+timeout 60 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" --dry-run \
   --set run.output_dir="$WORK/runs" --set faults.hang_rank=3 --set cluster.message_timeout_s=2 >out.txt 2>&1
 status=$?
 [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "hung rank: exit status $status"

@@ -42,7 +42,7 @@ log_level = "debug"
 metrics_interval_s = 0.2
 EOF
 
-timeout 120 "${MPIRUN[@]}" -np 3 "$MOERL" train --config run.toml >train.txt 2>&1
+timeout 120 "${LAUNCH[@]}" -n 3 train --config run.toml >train.txt 2>&1
 expect_status 0 $? "train on an hf: source"
 for step in 1 2 3; do expect_contains train.txt "step $step/3 v$step |" "progress line of step $step"; done
 expect_contains train.txt "with tokenizer $WORK/model/tokenizer.json" "the actor uses the model's tokenizer"
@@ -68,7 +68,7 @@ expect_contains bad.txt "$WORK/model/tokenizer.json" "the error names the tokeni
 # Layout "auto" on a model directory without tokenizer.json: `moerl train`
 # refuses it before any work, on every rank, naming the key.
 mkdir notok && cp model/config.json model/*.safetensors* notok/
-timeout 60 "${MPIRUN[@]}" -np 3 "$MOERL" train --config run.toml --set "model.source=\"hf:$WORK/notok\"" >notok.txt 2>&1
+timeout 60 "${LAUNCH[@]}" -n 3 train --config run.toml --set "model.source=\"hf:$WORK/notok\"" >notok.txt 2>&1
 expect_status 2 $? "train with no tokenizer for layout auto"
 expect_contains notok.txt "[chat] layout" "the error names chat.layout"
 expect_contains notok.txt "$WORK/notok has no tokenizer.json" "the error names the directory"

@@ -43,7 +43,7 @@ expect_contains out.txt "confdir: is a directory, not a TOML configuration file"
 
 # Under mpirun every rank stops with status 2 and one rank says why.
 for target in missing.toml confdir; do
-  timeout 60 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$target" >out.txt 2>&1
+  timeout 60 "${LAUNCH[@]}" -n 4 train --config "$target" >out.txt 2>&1
   expect_status 2 $? "mpirun train --config $target"
   expect_count out.txt "$target: " 1 "mpirun train --config $target: message printed once"
   expect_contains out.txt "every rank stops with status 2" "mpirun train --config $target: every rank stops"
@@ -74,7 +74,7 @@ expect_contains out.txt "missing from the file: layers.2.input_layernorm.weight"
 # Under train: a fatal error on the ranks that build a policy; the job ends
 # promptly and the message names the tensor.
 start=$(date +%s)
-timeout 120 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" --set run.output_dir="$RUNS" \
+timeout 120 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" --set run.output_dir="$RUNS" \
   --set model.d_model=64 --init "$BASE" >out.txt 2>&1
 status=$?
 [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "train --init of another shape: exit status $status"

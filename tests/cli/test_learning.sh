@@ -21,7 +21,7 @@ SMALL=(--set run.output_dir="$WORK/runs" --set 'env.families=["sort"]' --set mod
 
 timeout 300 "$MOERL" pretrain --config "$CONFIG" "${SMALL[@]}" >pretrain.txt 2>&1
 expect_status 0 $? "pretrain"
-timeout 300 "${MPIRUN[@]}" -np 5 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set cluster.learners=2 \
+timeout 300 "${LAUNCH[@]}" -n 5 train --config "$CONFIG" "${SMALL[@]}" --set cluster.learners=2 \
   --set optim.total_steps=60 --set optim.lr=1e-3 --set run.deterministic=true --set sync.asynchronous=false \
   --init "$WORK/runs/quickstart/base.pt" >train.txt 2>&1
 expect_status 0 $? "train"

@@ -25,7 +25,7 @@ expect_contains bad.txt "sync.asynchronous = false" "the fix"
 train() {  # train NAME RANKS STEPS [extra args...]
   local name=$1 ranks=$2 steps=$3
   shift 3
-  timeout 240 "${MPIRUN[@]}" -np "$ranks" "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
+  timeout 240 "${LAUNCH[@]}" -n "$ranks" train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
     --set optim.total_steps="$steps" --set checkpoint.every_steps=2 "$@" >"$name.txt" 2>&1
   expect_status 0 $? "train $name"
 }
@@ -51,7 +51,7 @@ P="$WORK/runs/split/checkpoints"
 # writing step 4's metrics line), the resumed run repeats steps 3 and 4 from
 # version 2. metrics.jsonl then holds each step once, and summary.json keeps
 # the first run's `before` evaluation (equal to the straight run's: deterministic).
-timeout 240 "${MPIRUN[@]}" -np 4 "$MOERL" train --config "$CONFIG" "${SMALL[@]}" --set run.name=crashed \
+timeout 240 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name=crashed \
   --set optim.total_steps=4 --set checkpoint.every_steps=2 --set faults.checkpoint_crash_point=before_rename \
   --set faults.checkpoint_crash_version=4 >crashed.txt 2>&1
 [ $? -ne 0 ] || fail "the run with a crash in the save of version 4 exited 0"

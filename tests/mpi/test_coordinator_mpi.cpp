@@ -80,7 +80,7 @@ TEST_CASE("the coordinator evaluates, bounds staleness, replaces consumed groups
       serve_until(coordinator, mailbox, 2);
       CHECK(coordinator.before().at("guess").successes == 1);
       CHECK(coordinator.after().at("guess").episodes == 1);
-      CHECK_THAT(coordinator.summary_json(2, 1.0), Catch::Contains(R"("before":{"guess":{"success":1,)"));
+      CHECK_THAT(coordinator.summary_json(2, 1.0, 0), Catch::Contains(R"("before":{"guess":{"success":1,)"));
     } else {
       const rollout::TaskAssignment eval = ask(mailbox, 100);
       REQUIRE(eval.groups.size() == 1);

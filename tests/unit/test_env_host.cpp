@@ -5,11 +5,17 @@
 
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
+#include "moerl/env/child_process.h"
 #include "moerl/env/external_environment.h"
 #include "moerl/env/session_host.h"
 #include "moerl/env/task_family.h"
@@ -476,4 +482,37 @@ TEST_CASE("no environment process outlives its session, its host or a failed att
   for (int i = 0; i < 500 && live_child_process_groups() != before; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(live_child_process_groups() == before);
+}
+
+TEST_CASE("an environment process dies with its env worker, even by SIGKILL", "[env][external][faults]") {
+  // A child of this test plays the env worker: it starts an environment
+  // process (the watchdog starts with it), reports its pid, and SIGKILLs itself.
+  int report[2];
+  REQUIRE(pipe(report) == 0);
+  const pid_t worker = fork();
+  REQUIRE(worker >= 0);
+  if (worker == 0) {
+    ChildProcess environment("sleep 300");
+    const pid_t pid = environment.pid();
+    if (write(report[1], &pid, sizeof pid) != sizeof pid) _exit(2);
+    raise(SIGKILL);
+  }
+  close(report[1]);
+  pid_t environment = -1;
+  REQUIRE(read(report[0], &environment, sizeof environment) == sizeof environment);
+  close(report[0]);
+  int status = 0;
+  REQUIRE(waitpid(worker, &status, 0) == worker);
+  CHECK(WIFSIGNALED(status));
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; ++i) {
+    // Gone, or a zombie waiting for init to reap it.
+    std::ifstream stat("/proc/" + std::to_string(environment) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    gone = text.empty() || text.find(") Z") != std::string::npos;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(gone);
+  if (!gone) kill(-environment, SIGKILL);
 }

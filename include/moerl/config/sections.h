@@ -33,6 +33,8 @@ struct ClusterSection {
   double message_timeout_s = 60.0;       // longest wait for any expected message
   double shutdown_timeout_s = 10.0;      // how long a clean stop may take before abort
   std::int64_t malformed_message_limit = 5;  // malformed messages from one rank before the job stops
+  double heartbeat_interval_s = 1.0;     // every rank tells learner 0 it is alive this often
+  double heartbeat_timeout_s = 10.0;     // a rank silent this long is declared lost
 };
 
 // QK-norm variants: per head over head_dim (Qwen3-MoE), or over the whole

@@ -39,6 +39,7 @@
 #include "moerl/learner/value_head.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/trajectory.h"
+#include "moerl/runtime/heartbeat.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
 #include "moerl/sync/weight_sync.h"
@@ -94,6 +95,11 @@ class Learner {
   // Why the job stopped on a failure it could not work around ("" when it
   // did not): no progress, every family paused, repeated malformed messages.
   const std::string& job_failure() const { return job_failure_; }
+  // The exit status that failure asks for (runtime::kJobFailedExitStatus or kLostRankExitStatus).
+  int job_failure_status() const { return job_failure_status_; }
+
+  // Learner 0: where lost ranks are declared (heartbeats); null = no watch (tests).
+  void set_heartbeat(runtime::HeartbeatThread* heartbeat) { heartbeat_ = heartbeat; }
 
  private:
   struct EpisodeTargets;
@@ -118,7 +124,9 @@ class Learner {
   void drop_malformed(const runtime::MessageError& error, bool lost_episode);
   void restore_books(const std::string& books);
   // Records a failure that ends the job cleanly (any thread); serve_while acts on it.
-  void fail_job(const std::string& reason);
+  void fail_job(const std::string& reason, int status = runtime::kJobFailedExitStatus);
+  // Learner 0: a rank the heartbeats declared lost.
+  void on_rank_lost(const runtime::LostRank& lost);
   // Learner 0, while waiting for episodes: warnings, and fail_job on no progress or all families paused.
   void watch_progress();
   void collect_metrics();
@@ -183,7 +191,10 @@ class Learner {
   ProgressWatch watch_;
   runtime::StopCoordinator* stop_ = nullptr;          // during run()
   std::string pending_failure_;                       // fail_job() -> the main thread (under service_mutex_)
+  int pending_failure_status_ = runtime::kJobFailedExitStatus;
   std::string job_failure_;
+  int job_failure_status_ = 0;
+  runtime::HeartbeatThread* heartbeat_ = nullptr;     // learner 0
   std::function<void(const StepStats&)> step_observer_;
   std::unique_ptr<telemetry::MetricsReporter> reporter_;
   telemetry::MetricsAggregator aggregator_;            // learner 0: latest snapshot of every rank

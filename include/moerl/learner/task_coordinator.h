@@ -35,6 +35,20 @@ struct FamilyScore {
   double mean_reward() const { return episodes ? reward / episodes : 0.0; }
 };
 
+// One lost rank or restart of the job, for summary.json's `failures`.
+struct RankFailure {
+  int rank = -1;                   // -1: the whole job (a restart)
+  std::string role;
+  int role_index = -1;
+  std::string host;
+  std::string kind;                // "lost: no heartbeat for 10.2 s ...", "restart: ..."
+  double detected_after_s = 0;     // silent this long when declared lost
+  double recovered_after_s = -1;   // failover took this long; -1: the job stopped for a restart
+  int sessions_migrated = 0;
+  int episodes_restarted = 0;
+  std::int64_t step = 0;           // learner steps completed when it happened
+};
+
 class TaskCoordinator {
  public:
   enum class Phase { EvalBefore, Train, EvalAfter, Done };
@@ -50,6 +64,9 @@ class TaskCoordinator {
   // Every configured family is paused by the breaker: no training group can be handed out.
   bool all_families_paused() const;
   const FailureTally& env_failures() const { return failures_; }
+  // A lost rank or a restart of the job (summary.json `failures`, kept across resumes).
+  void record_rank_failure(const RankFailure& failure) { rank_failures_.push_back(failure); }
+  const std::vector<RankFailure>& rank_failures() const { return rank_failures_; }
   const FamilyBreaker& breaker() const { return breaker_; }
   // After every learner step: how many groups all learners consumed and dropped.
   void on_step(std::int64_t groups_consumed, std::int64_t groups_dropped, std::int64_t policy_version,
@@ -83,7 +100,8 @@ class TaskCoordinator {
   void restore_books(const std::string& json);
   const std::map<std::string, FamilyScore>& before() const { return before_; }
   const std::map<std::string, FamilyScore>& after() const { return after_; }
-  std::string summary_json(std::int64_t steps, double wall_s) const;
+  // `restarts`: how often the launcher restarted this job (MOERL_RESTARTS).
+  std::string summary_json(std::int64_t steps, double wall_s, int restarts) const;
   std::string evaluation_table() const;
 
  private:
@@ -112,6 +130,7 @@ class TaskCoordinator {
   bool finished_sent_ = false;
   std::int64_t min_version_floor_ = 0;  // resumed runs: episodes need at least the resumed weights
   FailureTally failures_;               // the whole run's (resumes included), training and evaluation
+  std::vector<RankFailure> rank_failures_;  // the whole run's
   FamilyBreaker breaker_;
 };
 

@@ -35,6 +35,7 @@
 #include "moerl/model/policy.h"
 #include "moerl/rollout/generation_engine.h"
 #include "moerl/rollout/trajectory.h"
+#include "moerl/runtime/heartbeat.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
 #include "moerl/sync/weight_sync.h"
@@ -50,8 +51,10 @@ double env_reply_deadline_s(const config::Config& config, int turns);
 
 class Actor {
  public:
+  // `load` (may be null): where the actor reports its weight version and
+  // sessions for its heartbeats.
   Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
-        comm::Communicator& sync_comm);
+        comm::Communicator& sync_comm, runtime::RankLoad* load = nullptr);
   // Runs until learner 0 says the work is finished (then drains) or a stop.
   void run(runtime::StopCoordinator& stop);
 
@@ -95,6 +98,7 @@ class Actor {
   bool work_requested_ = false;
   bool finished_ = false;
   std::map<std::string, int> failure_streaks_;  // family -> consecutive failed sessions
+  runtime::RankLoad* load_ = nullptr;
   double next_overdue_check_s_ = 0;
   std::int64_t moe_layers_ = 0;
   std::int64_t top_k_ = 0;

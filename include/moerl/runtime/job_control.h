@@ -14,6 +14,7 @@
 
 #include <mpi.h>
 
+#include <optional>
 #include <string>
 
 #include "moerl/runtime/mailbox.h"
@@ -52,6 +53,24 @@ constexpr int kFatalErrorExitStatus = 1;
 // out) on a failure it could not work around: no progress, every task
 // family paused, repeated malformed messages from one rank.
 constexpr int kJobFailedExitStatus = 3;
+// Exit status of a job that lost a rank it could not do without (learner 0,
+// or any rank without a fault-tolerant MPI): scripts/launch.sh restarts it.
+constexpr int kLostRankExitStatus = 4;
+
+// Where abort_job() tells the other ranks under a fault-tolerant MPI (whose
+// MPI_Abort ends only the caller): a duplicate of the world that MpiSession
+// keeps until MPI_Finalize. poll_job_abort() is how a rank hears of it (the
+// heartbeat thread asks): the status and reason, if another rank aborted.
+void set_abort_channel(MPI_Comm channel);
+struct JobAbortNotice {
+  int rank = -1;
+  int status = 1;
+  std::string reason;
+};
+std::optional<JobAbortNotice> poll_job_abort();
+// Ends this process now with `status`: the abort cleanups, then MPI_Abort
+// (which under ULFM ends this rank only; without it, the whole job).
+[[noreturn]] void end_this_rank(int status);
 
 // The end of a job: every rank of `comm` arrives (a barrier), or false after
 // timeout_s. MPI_Finalize waits for every rank, so without this a frozen or

@@ -3,6 +3,11 @@
 // so a receiver waits for exactly the type it expects; every frame is
 // validated (unframe_message) and every payload decoded exactly before use.
 // Every wait has a timeout that ends in a TimeoutError naming the peer.
+//
+// Under a fault-tolerant MPI a dead peer is not an error here: a poll for
+// messages from it finds none, a poll from any rank acknowledges the failure
+// (ULFM blocks MPI_ANY_SOURCE until then) and goes on, and a send to it throws
+// PeerLostError. Who died is the coordinator's business (heartbeats).
 
 #include <mpi.h>
 
@@ -20,6 +25,17 @@ class TimeoutError : public Error {
   using Error::Error;
 };
 
+// A send to a rank that MPI reports dead (fault-tolerant MPI only; without
+// it the job is gone before anyone could see this).
+class PeerLostError : public Error {
+ public:
+  PeerLostError(int rank, const std::string& what) : Error(what), rank_(rank) {}
+  int rank() const { return rank_; }
+
+ private:
+  int rank_;
+};
+
 class Mailbox {
  public:
   // `comm` should be a communicator reserved for messages (a dup of the
@@ -27,6 +43,7 @@ class Mailbox {
   Mailbox(MPI_Comm comm, double timeout_s);
 
   int rank() const { return rank_; }
+  MPI_Comm comm() const { return comm_; }
   int size() const { return size_; }
   double timeout_s() const { return timeout_s_; }
 

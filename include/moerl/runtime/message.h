@@ -42,8 +42,14 @@ enum class MessageType : std::uint16_t {
   WorkRequest = 11,   // actor -> learner 0: room for more episodes
   TaskAssignment = 12,  // learner 0 -> actor: task groups to run (or: no more work)
   Trajectory = 13,    // actor -> learner: one finished episode
+  Heartbeat = 14,     // every rank -> learner 0: alive, what it holds, how loaded
+  CoordinatorBeat = 15,  // learner 0 -> every rank: learner 0 is alive; the step the job is at
+  RankLost = 16,      // learner 0 -> every rank: a rank was declared lost
+  GroupsCancelled = 17,  // learner 0 -> a learner: groups whose episodes will not all come
+  EnvSessionsMoved = 18,  // learner 0 -> actors: sessions of a lost env worker, where to restore them
+  JobAbort = 19,      // any rank -> every rank: a fatal error ends the job (fault-tolerant MPI only)
 };
-constexpr std::uint16_t kMaxMessageType = 13;
+constexpr std::uint16_t kMaxMessageType = 19;
 
 const char* message_type_name(MessageType type);
 bool is_known_message_type(std::uint16_t value);

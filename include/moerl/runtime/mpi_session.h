@@ -3,6 +3,8 @@
 // needs, finalised once. Heartbeat and I/O threads call MPI while compute
 // threads run, so MPI_THREAD_MULTIPLE is required and checked.
 
+#include <mpi.h>
+
 #include <memory>
 
 namespace moerl::runtime {
@@ -22,6 +24,7 @@ class MpiSession {
   int rank_ = 0;
   int size_ = 1;
   int provided_ = 0;
+  MPI_Comm abort_channel_ = MPI_COMM_NULL;  // a duplicate of the world for abort_job()
 };
 
 // A session when MPI is not initialised yet, else null: for code (such as a
