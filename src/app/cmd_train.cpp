@@ -8,17 +8,21 @@
 #include <cmath>
 #include <iostream>
 #include <optional>
+#include <set>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
 #include "moerl/config/config.h"
+#include "moerl/config/fault_plan.h"
 #include "moerl/learner/roles.h"
 #include "moerl/runtime/dry_run.h"
 #include "moerl/runtime/fault_tolerance.h"
 #include "moerl/runtime/heartbeat.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/logging.h"
+#include "moerl/runtime/lost_ranks.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
 #include "moerl/runtime/rank_record.h"
@@ -74,6 +78,65 @@ runtime::Heartbeat identity(const runtime::World& world) {
   return h;
 }
 
+// Where learner 0 last heard a rank run, for fencing it (EndOfJob::Fence).
+std::optional<runtime::EndOfJob::Fence> whereabouts(const runtime::HeartbeatThread& heartbeat, int rank) {
+  const std::optional<runtime::Heartbeat> last = heartbeat.last_heartbeat(rank);
+  if (!last) return std::nullopt;
+  return runtime::EndOfJob::Fence{rank, last->host, last->pid};
+}
+
+std::string within(double seconds) {
+  return std::to_string(static_cast<int>(std::ceil(seconds))) + " s ([cluster] shutdown_timeout_s)";
+}
+
+// "1 rank(s) did not reach the end of the job within 10 s (...): env_worker 0 (rank 3) (pid 11232 on vm); ..."
+std::string describe_missing(const runtime::World& world, const runtime::HeartbeatThread& heartbeat,
+                             const std::vector<int>& ranks, double shutdown_s) {
+  std::string missing;
+  for (int rank : ranks) {
+    const runtime::RankAssignment who = world.layout().assignment(rank);
+    const std::optional<runtime::EndOfJob::Fence> where = whereabouts(heartbeat, rank);
+    missing += (missing.empty() ? "" : ", ") + std::string(runtime::role_name(who.role)) + " " +
+               std::to_string(who.index) + " (rank " + std::to_string(rank) + ")" +
+               (where ? " (pid " + std::to_string(where->pid) + " on " + where->host + ")" : "");
+  }
+  return std::to_string(ranks.size()) + " rank(s) did not reach the end of the job within " + within(shutdown_s) +
+         ": " + missing + "; killed as frozen or lost";
+}
+
+// The end of the job (every_rank_arrives). Ranks that did not arrive are
+// frozen or lost and have been fenced: under a fault-tolerant MPI the others
+// finalize without them and learner 0's status is the job's; without one, a
+// killed rank ends the job anyway, so learner 0 aborts it with its status.
+int finish_job(const runtime::World& world, runtime::Mailbox& mailbox, runtime::HeartbeatThread& heartbeat,
+               double shutdown_timeout_s, int status) {
+  heartbeat.stop_watching();
+  // Learner 0 gives up first, so that its status is the job's.
+  const double shutdown_s = shutdown_timeout_s * (world.is_coordinator() ? 1 : 2);
+  const runtime::EndOfJobResult end = runtime::every_rank_arrives(
+      mailbox, shutdown_s, world.hostname(), [&heartbeat](int rank) { return whereabouts(heartbeat, rank); });
+  if (!world.is_coordinator() && !end.complete)
+    runtime::abort_job(world.role_label(), "learner 0 did not answer at the end of the job within " + within(shutdown_s),
+                       status == 0 ? runtime::kFatalErrorExitStatus : status);
+  if (world.is_coordinator() && !end.missing.empty()) {
+    if (!runtime::fault_tolerant_mpi())
+      runtime::abort_job(world.role_label(), describe_missing(world, heartbeat, end.missing, shutdown_s),
+                         status == 0 ? runtime::kFatalErrorExitStatus : status);
+    spdlog::error("learner 0: {}", describe_missing(world, heartbeat, end.missing, shutdown_s));
+  }
+  // MPI_Finalize hangs unless MPI has seen every fenced rank die (fault_tolerance.h).
+  std::set<int> gone = runtime::lost_ranks().ranks();
+  gone.insert(end.missing.begin(), end.missing.end());
+  const std::vector<int> fenced(gone.begin(), gone.end());
+  if (!runtime::wait_until_known_failed(world.world_comm(), fenced, shutdown_timeout_s)) {
+    spdlog::error("{}: MPI did not see the lost rank(s) die within {}; ending without MPI_Finalize",
+                  world.role_label(), within(shutdown_timeout_s));
+    runtime::flush_logs();
+    runtime::end_this_rank(status);
+  }
+  return status;
+}
+
 int run_roles(const config::Config& config, const TrainOptions& options) {
   runtime::World world(config, MPI_COMM_WORLD);
   std::string per_rank_file;
@@ -90,23 +153,16 @@ int run_roles(const config::Config& config, const TrainOptions& options) {
   using Mode = runtime::HeartbeatThread::Mode;
   const Mode mode = options.dry_run ? Mode::ModeQuiet : world.is_coordinator() ? Mode::ModeCoordinator : Mode::ModeMember;
   runtime::HeartbeatThread heartbeat(mailbox, world.layout(), identity(world),
-                                     {config.cluster.heartbeat_interval_s, config.cluster.heartbeat_timeout_s, mode});
+                                     {config.cluster.heartbeat_interval_s, config.cluster.heartbeat_timeout_s, mode,
+                                      options.dry_run ? std::vector<config::FaultAction>{}
+                                                      : config::parse_fault_plan(config.faults.plan)});
 
   if (!options.dry_run) {
     runtime::StopCoordinator stop(mailbox);
     const int status =
         learner::run_role(config, world, mailbox, stop, options.init_path, options.resume, &heartbeat);
     heartbeat.stop_watching();
-    // Learner 0 gives up first, so that its status is the job's.
-    const double shutdown_s = config.cluster.shutdown_timeout_s * (world.is_coordinator() ? 1 : 2);
-    if (!runtime::every_rank_arrives(world.world_comm(), shutdown_s))
-      runtime::abort_job(world.role_label(),
-                         "not every rank reached the end of the job within " +
-                             std::to_string(static_cast<int>(std::ceil(shutdown_s))) +
-                             " s ([cluster] shutdown_timeout_s): a rank is frozen or lost; ending the job" +
-                             (status == 0 ? std::string() : " (its status: " + std::to_string(status) + ")"),
-                         status == 0 ? runtime::kFatalErrorExitStatus : status);
-    return status;
+    return finish_job(world, mailbox, heartbeat, config.cluster.shutdown_timeout_s, status);
   }
   const runtime::DryRunResult result = runtime::run_dry_run(config, world, mailbox);
   if (world.is_coordinator()) std::cout << runtime::format_plan(config, world.layout(), result) << std::flush;

@@ -2,6 +2,8 @@
 
 #include <climits>
 
+#include "moerl/runtime/fault_tolerance.h"
+
 namespace moerl::comm {
 namespace {
 
@@ -15,6 +17,14 @@ MPI_Datatype mpi_type(DataType type) {
   return MPI_BYTE;
 }
 
+// Like MOERL_MPI_CHECK, but a dead peer (ULFM) is a PeerFailure the caller recovers from.
+void check_call(int code, const char* call, const std::string& group) {
+  if (code == MPI_SUCCESS) return;
+  if (runtime::is_process_failure(code))
+    throw PeerFailure(std::string(call) + " in " + group + ": a member of the group died (MPI reports a process failure)");
+  MOERL_MPI_CHECK(code);
+}
+
 int checked_count(size_t count, const char* operation) {
   // MPI counts are int; larger transfers are split by the callers (buckets).
   MOERL_CHECK(count <= static_cast<size_t>(INT_MAX),
@@ -24,14 +34,14 @@ int checked_count(size_t count, const char* operation) {
 
 class MpiRequest : public CommRequest {
  public:
-  MpiRequest(std::string what) : what_(std::move(what)) {}
+  explicit MpiRequest(std::string what) : what_(std::move(what)) {}
   // An abandoned (timed-out) collective can be neither cancelled nor freed
   // in MPI; the job is being stopped by then, so its handle is left behind.
   ~MpiRequest() override = default;
   bool test() override {
     if (done_) return true;
     int flag = 0;
-    MOERL_MPI_CHECK(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE));
+    check_call(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test", what_);
     done_ = flag != 0;
     return done_;
   }
@@ -62,15 +72,17 @@ std::unique_ptr<CommRequest> MpiCommunicator::broadcast_async(void* data, size_t
   auto request = std::make_unique<MpiRequest>("MPI broadcast of " + std::to_string(count) + " " +
                                               data_type_name(type) + " from rank " + std::to_string(root) +
                                               " in " + name_);
-  MOERL_MPI_CHECK(MPI_Ibcast(data, checked_count(count, "broadcast"), mpi_type(type), root, comm_, request->handle()));
+  check_call(MPI_Ibcast(data, checked_count(count, "broadcast"), mpi_type(type), root, comm_, request->handle()),
+             "MPI_Ibcast", name_);
   return request;
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::allreduce_sum_async(void* data, size_t count, DataType type) {
   auto request = std::make_unique<MpiRequest>("MPI all-reduce of " + std::to_string(count) + " " +
                                               data_type_name(type) + " in " + name_);
-  MOERL_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count, "all-reduce"), mpi_type(type), MPI_SUM,
-                                 comm_, request->handle()));
+  check_call(MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count, "all-reduce"), mpi_type(type), MPI_SUM, comm_,
+                            request->handle()),
+             "MPI_Iallreduce", name_);
   return request;
 }
 
@@ -98,15 +110,37 @@ std::unique_ptr<CommRequest> MpiCommunicator::alltoallv_async(const void* send, 
   request->sd = to_int(send_displs);
   request->rc = to_int(receive_counts);
   request->rd = to_int(receive_displs);
-  MOERL_MPI_CHECK(MPI_Ialltoallv(send, request->sc.data(), request->sd.data(), mpi_type(type), receive,
-                                 request->rc.data(), request->rd.data(), mpi_type(type), comm_, request->handle()));
+  check_call(MPI_Ialltoallv(send, request->sc.data(), request->sd.data(), mpi_type(type), receive, request->rc.data(),
+                            request->rd.data(), mpi_type(type), comm_, request->handle()),
+             "MPI_Ialltoallv", name_);
   return request;
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::barrier_async() {
   auto request = std::make_unique<MpiRequest>("MPI barrier in " + name_);
-  MOERL_MPI_CHECK(MPI_Ibarrier(comm_, request->handle()));
+  check_call(MPI_Ibarrier(comm_, request->handle()), "MPI_Ibarrier", name_);
   return request;
+}
+
+void MpiCommunicator::interrupt() {
+  if (!runtime::fault_tolerant_mpi()) throw Error(name_ + ": interrupting a group needs a fault-tolerant MPI (ULFM)");
+  runtime::revoke(comm_);
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::survivors() {
+  if (!runtime::fault_tolerant_mpi()) throw Error(name_ + ": going on without a lost member needs a fault-tolerant MPI");
+  // Every member must stop using the old group: revoking it again is harmless.
+  runtime::revoke(comm_);
+  return adopt(runtime::shrink(comm_), name_);
+}
+
+MpiCommunicator::MpiCommunicator(Adopt, MPI_Comm owned, std::string name) : comm_(owned), name_(std::move(name)) {
+  MOERL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MOERL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::adopt(MPI_Comm owned, std::string name) {
+  return std::unique_ptr<MpiCommunicator>(new MpiCommunicator(Adopt{}, owned, std::move(name)));
 }
 
 }  // namespace moerl::comm

@@ -117,6 +117,14 @@ std::unique_ptr<CommRequest> NcclCommunicator::barrier_async() {
   return after_launch("NCCL barrier");
 }
 
+void NcclCommunicator::interrupt() {
+  throw Error(name_ + ": the NCCL backend cannot go on without a lost member yet (the job stops for a restart)");
+}
+
+std::unique_ptr<Communicator> NcclCommunicator::survivors() {
+  throw Error(name_ + ": the NCCL backend cannot go on without a lost member yet (the job stops for a restart)");
+}
+
 }  // namespace moerl::comm
 
 #endif  // MOERL_WITH_CUDA

@@ -7,6 +7,9 @@
 #include <thread>
 
 #include "moerl/core/hash.h"
+#include <signal.h>
+
+#include "moerl/runtime/fault_plan.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/wire.h"
 #include "moerl/sync/bucket_checksum.h"
@@ -106,6 +109,46 @@ WeightPublisher::WeightPublisher(comm::Communicator& comm, std::vector<WeightVie
 }
 
 WeightPublisher::~WeightPublisher() = default;
+
+namespace {
+
+// Waits for a broadcast of a broken group to end (with an error, once the
+// group is revoked). True when it did: its buffer may then be freed.
+bool let_end(std::unique_ptr<comm::CommRequest>& request, double deadline) {
+  while (request) {
+    try {
+      if (request->test()) break;
+    } catch (const Error&) {
+      break;  // ended with an error: done with the buffer too
+    }
+    if (now_s() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  request.reset();
+  return true;
+}
+
+// Buffers an unfinished broadcast may still write into are never freed (a
+// few MB, only after a failover that MPI did not let finish).
+template <typename T>
+void keep_forever(std::vector<T>& buffer) {
+  new std::vector<T>(std::move(buffer));
+}
+
+}  // namespace
+
+void WeightPublisher::abandon(double timeout_s) {
+  const double deadline = now_s() + timeout_s;
+  bool ended = true;
+  for (auto& request : requests_) ended = let_end(request, deadline) && ended;
+  requests_.clear();
+  if (!ended) {
+    keep_forever(staging_);
+    keep_forever(header_bytes_);
+    keep_forever(checksums_);
+  }
+  closed_ = true;
+}
 
 const std::uint8_t* WeightPublisher::stage_bucket(size_t b) {
   const size_t begin = b * options_.bucket_bytes;
@@ -217,6 +260,20 @@ WeightReceiver::WeightReceiver(comm::Communicator& comm, std::vector<WeightView>
 
 WeightReceiver::~WeightReceiver() = default;
 
+void WeightReceiver::abandon(double timeout_s) {
+  const double deadline = now_s() + timeout_s;
+  bool ended = let_end(header_request_, deadline);
+  for (auto& request : bucket_requests_) ended = let_end(request, deadline) && ended;
+  bucket_requests_.clear();
+  if (!ended) {
+    keep_forever(staging_);
+    keep_forever(header_bytes_);
+    keep_forever(discard_);
+    keep_forever(checksums_);
+  }
+  closed_ = true;
+}
+
 void WeightReceiver::post_header() {
   header_bytes_.assign(kHeaderBytes, 0);
   header_request_ = comm_.broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root);
@@ -275,6 +332,8 @@ void WeightReceiver::verify_landed_buckets() {
     const size_t b = verified_buckets_;
     if (!bucket_requests_[2 * b]->test() || !bucket_requests_[2 * b + 1]->test()) return;
     ++verified_buckets_;
+    // [faults] plan "kill actor N while receiving": dead with a publication half landed.
+    if (verified_buckets_ < buckets && runtime::fault_hooks().kill_while_receiving) ::raise(SIGKILL);
     if (!refusal_.empty()) continue;
     const size_t begin = b * options_.bucket_bytes;
     const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);

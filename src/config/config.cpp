@@ -3,6 +3,7 @@
 // anything is thrown, so one launch reports all of them.
 
 #include "moerl/config/config.h"
+#include "moerl/config/fault_plan.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -273,6 +274,19 @@ class Loader {
     require(!config_.env.families.empty(), "env.families", "must name at least one task family");
     require(!(config_.env.reward_min >= config_.env.reward_max), "env.reward_max",
             "must be greater than env.reward_min");
+    for (const std::string& entry : config_.faults.plan) {
+      try {
+        const FaultAction fault = parse_fault(entry);
+        const std::int64_t count = fault.role == "learner" ? config_.cluster.learners
+                                   : fault.role == "actor" ? config_.cluster.actors
+                                   : fault.role == "env_worker" ? config_.cluster.env_workers
+                                                                : config_.cluster.standby_actors;
+        require(fault.index < count, "faults.plan",
+                "entry \"" + entry + "\": there are " + std::to_string(count) + " " + fault.role + " ranks");
+      } catch (const Error& error) {
+        require(false, "faults.plan", error.what());
+      }
+    }
     require(config_.cluster.heartbeat_timeout_s > 2 * config_.cluster.heartbeat_interval_s,
             "cluster.heartbeat_timeout_s",
             "must be more than twice cluster.heartbeat_interval_s (one late beat is not a loss)");

@@ -166,7 +166,8 @@ SectionSpec cluster_section() {
   b.field("actors", &ClusterSection::actors, "Rollout actor ranks.").at_least(1);
   b.field("env_workers", &ClusterSection::env_workers, "Environment worker ranks.").at_least(1);
   b.field("standby_actors", &ClusterSection::standby_actors,
-          "Idle actors that take over the sessions of a failed actor.")
+          "Idle actors: under a fault-tolerant MPI, the i-th actor lost is replaced by standby actor i, "
+          "which takes its place in the weight-sync group and in the task queue.")
       .at_least(0);
   b.field("threads_per_rank", &ClusterSection::threads_per_rank,
           "Compute threads per rank; 0 = cores on this host / ranks on this host.")
@@ -177,7 +178,8 @@ SectionSpec cluster_section() {
       .greater_than(0);
   b.field("shutdown_timeout_s", &ClusterSection::shutdown_timeout_s,
           "At the end of a job the ranks wait this long for each other (learner 0; the others twice "
-          "as long), then the job is aborted: a frozen or lost rank cannot hold it.")
+          "as long); a rank that has not arrived by then is killed as frozen or lost, so that it cannot "
+          "hold the job.")
       .greater_than(0);
   b.field("heartbeat_interval_s", &ClusterSection::heartbeat_interval_s,
           "Every rank tells learner 0 this often that it is alive (from a thread that beats while the "
@@ -498,6 +500,11 @@ SectionSpec env_section() {
   b.field("reward_max", &EnvSection::reward_max,
           "Largest reward an environment may report; a higher or non-finite one fails the attempt "
           "(reason invalid_reward).");
+  b.field("snapshot_every_turns", &EnvSection::snapshot_every_turns,
+          "Every this many turns a session's snapshot (the environment's own state) goes to the archive; "
+          "a session whose env worker is lost is restored on another from it (and the actions since). "
+          "0 = never: the session is then replayed from its start.")
+      .at_least(0);
   b.field("breaker_failures", &EnvSection::breaker_failures,
           "Consecutive sessions of one family that fail for good (as one actor sees them) before the "
           "family is paused; 0 = never pause.")
@@ -569,6 +576,11 @@ SectionSpec faults_section() {
   b.field("checkpoint_crash_version", &FaultsSection::checkpoint_crash_version,
           "The save of this policy version crashes; -1 = the first save of the run.")
       .at_least(-1);
+  b.field("plan", &FaultsSection::plan,
+          "Faults of a real run, one per entry: \"kill|freeze|exit ROLE INDEX at step N\" (or \"at S s\"), "
+          "\"slow ROLE INDEX by MS ms at step N\", \"kill actor INDEX while receiving\" (mid-publication), "
+          "\"corrupt bucket at step N\", \"corrupt message ROLE INDEX at step N\"; ROLE: learner, actor, "
+          "env_worker, standby_actor (docs/reliability.md).");
   return spec;
 }
 

@@ -45,6 +45,8 @@ void EnvRequestMessage::encode(runtime::ByteWriter& w) const {
   w.put<std::uint8_t>(q.to_archive);
   w.put_vector(q.snapshot);
   w.put_string(q.archive_path);
+  w.put<std::uint64_t>(q.replay_after.size());
+  for (const std::string& action : q.replay_after) w.put_string(action);
 }
 
 EnvRequestMessage EnvRequestMessage::decode(runtime::ByteReader& r) {
@@ -58,6 +60,9 @@ EnvRequestMessage EnvRequestMessage::decode(runtime::ByteReader& r) {
   q.to_archive = r.get<std::uint8_t>() != 0;
   q.snapshot = r.get_vector<std::uint8_t>();
   q.archive_path = r.get_string();
+  const auto actions = r.get<std::uint64_t>();
+  if (actions > r.remaining()) throw runtime::WireError("replay action count exceeds the payload");
+  for (std::uint64_t i = 0; i < actions; ++i) q.replay_after.push_back(r.get_string());
   return m;
 }
 

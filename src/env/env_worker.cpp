@@ -1,6 +1,10 @@
 #include "moerl/env/env_worker.h"
 
+#include <spdlog/spdlog.h>
+
 #include <thread>
+
+#include "moerl/runtime/lost_ranks.h"
 
 namespace moerl::env {
 
@@ -20,6 +24,7 @@ EnvWorkerService::EnvWorkerService(SessionHost& host, runtime::Mailbox& mailbox,
     : host_(host), mailbox_(mailbox), coordinator_(coordinator_rank) {}
 
 int EnvWorkerService::serve_once(double max_wait_s) {
+  close_sessions_of_lost_actors();
   bool received = false;
   while (auto message = mailbox_.try_receive<EnvRequestMessage>()) {
     message->second.request.client = message->first;
@@ -29,8 +34,25 @@ int EnvWorkerService::serve_once(double max_wait_s) {
   while (auto capacity = mailbox_.try_receive<EnvCapacityMessage>(coordinator_))
     host_.set_capacity(capacity->second.sessions);
   const std::vector<EnvReply> replies = received ? host_.poll() : host_.wait(max_wait_s);
-  for (const EnvReply& reply : replies) mailbox_.send(reply.client, EnvReplyMessage{reply});
+  for (const EnvReply& reply : replies) {
+    try {
+      mailbox_.send(reply.client, EnvReplyMessage{reply});
+    } catch (const runtime::PeerLostError&) {
+      // The actor is gone; its sessions close when learner 0 says it was lost.
+    }
+  }
   return static_cast<int>(replies.size());
+}
+
+void EnvWorkerService::close_sessions_of_lost_actors() {
+  const std::uint64_t epoch = runtime::lost_ranks().epoch();
+  if (epoch == lost_epoch_) return;
+  const std::vector<runtime::RankLost> lost = runtime::lost_ranks().all();
+  for (size_t i = lost_epoch_; i < lost.size(); ++i) {
+    const size_t closed = host_.close_sessions_of(lost[i].rank);
+    if (closed > 0) spdlog::warn("env worker: closed {} sessions of lost rank {}", closed, lost[i].rank);
+  }
+  lost_epoch_ = epoch;
 }
 
 void EnvWorkerService::serve(const std::function<bool()>& should_stop) {
@@ -45,13 +67,52 @@ EnvClient::EnvClient(runtime::Mailbox& mailbox, std::vector<int> worker_ranks)
 int EnvClient::worker_of(std::uint64_t session) const {
   const auto moved = placement_.find(session);
   if (moved != placement_.end()) return moved->second;
-  return workers_[session % workers_.size()];
+  const int home = workers_[session % workers_.size()];
+  if (!lost_.count(home)) return home;
+  const int living = pick_living(session);
+  return living >= 0 ? living : home;
+}
+
+void EnvClient::mark_lost(int rank) { lost_.insert(rank); }
+
+std::vector<int> EnvClient::living_workers() const {
+  std::vector<int> living;
+  for (int w : workers_)
+    if (!lost_.count(w)) living.push_back(w);
+  return living;
+}
+
+int EnvClient::pick_living(std::uint64_t session) const {
+  const std::vector<int> living = living_workers();
+  return living.empty() ? -1 : living[session % living.size()];
+}
+
+std::uint64_t EnvClient::restore_on(std::uint64_t session, const std::vector<std::uint8_t>& snapshot, int worker_rank) {
+  EnvRequest r;
+  r.kind = RequestKind::Restore;
+  r.session = session;
+  r.snapshot = snapshot;
+  placement_[session] = worker_rank;
+  return send(std::move(r), worker_rank);
 }
 
 std::uint64_t EnvClient::send(EnvRequest request, int worker) {
   request.request_id = next_request_++;
-  mailbox_.send(worker, EnvRequestMessage{request});
+  try {
+    mailbox_.send(worker, EnvRequestMessage{request});
+  } catch (const runtime::PeerLostError&) {
+    // The request is lost with the worker; the owner restores the worker's
+    // sessions elsewhere (take_newly_lost()), this one included.
+    if (!lost_.count(worker)) newly_lost_.push_back(worker);
+    lost_.insert(worker);
+  }
   return request.request_id;
+}
+
+std::vector<int> EnvClient::take_newly_lost() {
+  std::vector<int> lost;
+  lost.swap(newly_lost_);
+  return lost;
 }
 
 std::uint64_t EnvClient::open(std::uint64_t session, const TaskSpec& task) {
@@ -60,6 +121,22 @@ std::uint64_t EnvClient::open(std::uint64_t session, const TaskSpec& task) {
   r.session = session;
   r.task = task;
   return send(std::move(r), worker_of(session));
+}
+
+std::uint64_t EnvClient::restore_from_archive_on(std::uint64_t session, const std::string& path,
+                                                 const std::vector<std::string>& replay_after, int worker_rank) {
+  EnvRequest r;
+  r.kind = RequestKind::Restore;
+  r.session = session;
+  r.archive_path = path;
+  r.replay_after = replay_after;
+  placement_[session] = worker_rank;
+  return send(std::move(r), worker_rank);
+}
+
+std::uint64_t EnvClient::open_on(std::uint64_t session, const TaskSpec& task, int worker_rank) {
+  placement_[session] = worker_rank;
+  return open(session, task);
 }
 
 std::uint64_t EnvClient::step(std::uint64_t session, const std::string& action) {

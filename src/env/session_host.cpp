@@ -77,6 +77,7 @@ struct SessionHost::Attempt {
 
 struct SessionHost::Session {
   std::uint64_t id = 0;
+  int client = -1;  // the actor that opened (or restored) it
   TaskSpec task;
   std::vector<std::string> actions;
   std::shared_ptr<Environment> env;  // null: must be rebuilt by replay
@@ -104,6 +105,20 @@ SessionHost::~SessionHost() {
 }
 
 size_t SessionHost::live_sessions() const { return sessions_.size(); }
+
+size_t SessionHost::close_sessions_of(int client) {
+  size_t closed = 0;
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    if (it->second->client != client) {
+      ++it;
+      continue;
+    }
+    if (it->second->running && it->second->running->env) it->second->running->env->interrupt();
+    it = sessions_.erase(it);
+    ++closed;
+  }
+  return closed;
+}
 size_t SessionHost::busy_sessions() const {
   return static_cast<size_t>(std::count_if(sessions_.begin(), sessions_.end(), [](const auto& s) {
     return s.second->running != nullptr || s.second->retry_pending;
@@ -144,6 +159,7 @@ void SessionHost::submit(EnvRequest request) {
     }
     auto session = std::make_unique<Session>();
     session->id = request.session;
+    session->client = request.client;
     session->task = request.task;
     found = sessions_.emplace(request.session, std::move(session)).first;
   } else if (found == sessions_.end()) {
@@ -207,8 +223,9 @@ void SessionHost::launch(Session& session, EnvRequest request, int attempt_numbe
   const config::ExternalEnvSection external = options_.external;
   const config::FaultsSection faults = options_.faults;
   const double timeout_s = env.timeout_s;
+  const std::int64_t snapshot_every = env.snapshot_every_turns;
   auto signal = finished_signal_;
-  pool_.submit([attempt, task, session_id, turn, external, faults, timeout_s, signal] {
+  pool_.submit([attempt, task, session_id, turn, external, faults, timeout_s, snapshot_every, signal] {
     Attempt& a = *attempt;
     try {
       const EnvRequest& r = a.request;
@@ -237,6 +254,14 @@ void SessionHost::launch(Session& session, EnvRequest request, int attempt_numbe
             case Fault::None: break;
           }
           a.step = a.env->step(r.action);
+          // A periodic snapshot for failover; one that fails costs nothing but itself.
+          if (snapshot_every > 0 && turn % snapshot_every == 0 && !a.step.done) {
+            try {
+              a.native = a.env->snapshot();
+            } catch (const std::exception&) {
+              a.native.clear();
+            }
+          }
           break;
         case RequestKind::Snapshot: a.native = a.env->snapshot(); break;
         case RequestKind::Restore:
@@ -245,6 +270,7 @@ void SessionHost::launch(Session& session, EnvRequest request, int attempt_numbe
           } else {
             a.env->restore(a.restored.native);
           }
+          for (const std::string& action : r.replay_after) a.env->step(action);
           break;
         case RequestKind::Close: break;
       }
@@ -293,6 +319,19 @@ void SessionHost::give_up_or_retry(Session& session, const std::shared_ptr<Attem
   out.push_back(std::move(reply));
 }
 
+std::string SessionHost::archive_snapshot(const Session& session, const std::vector<std::uint8_t>& native) const {
+  // One file per session, replaced each time: the latest is the one a failover restores from.
+  const std::string path = options_.archive_dir + "/session-" + std::to_string(session.id) + ".snap";
+  try {
+    SessionSnapshot{session.id, session.task, session.actions, native}.write_file(path);
+  } catch (const std::exception& error) {
+    telemetry::metrics().add("env.snapshot_failures");
+    return "";
+  }
+  telemetry::metrics().add("env.snapshots");
+  return path;
+}
+
 std::string SessionHost::invalid_result(const Attempt& attempt) const {
   if (attempt.request.kind != RequestKind::Step) return "";
   const double reward = attempt.step.reward;
@@ -337,6 +376,7 @@ void SessionHost::finish(Session& session, const std::shared_ptr<Attempt>& attem
       session.over = reply.done;
       telemetry::metrics().add("env.steps." + family);
       telemetry::metrics().record("env.step_latency_s", now_s() - attempt->started);
+      if (!attempt->native.empty()) reply.archive_path = archive_snapshot(session, attempt->native);
       break;
     case RequestKind::Snapshot: {
       const SessionSnapshot snapshot{session.id, session.task, session.actions, attempt->native};
@@ -351,6 +391,7 @@ void SessionHost::finish(Session& session, const std::shared_ptr<Attempt>& attem
     case RequestKind::Restore:
       session.task = attempt->restored.task;
       session.actions = attempt->restored.actions;
+      session.actions.insert(session.actions.end(), r.replay_after.begin(), r.replay_after.end());
       session.turn = static_cast<int>(session.actions.size());
       session.opened = true;
       session.over = session.env->done();

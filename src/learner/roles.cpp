@@ -12,6 +12,7 @@
 #include "moerl/learner/pretrain.h"
 #include "moerl/model/param_report.h"
 #include "moerl/rollout/actor.h"
+#include "moerl/runtime/fault_plan.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics_report.h"
 
@@ -52,33 +53,24 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       telemetry::MetricsReporter reporter(mailbox, config.telemetry.metrics_interval_s);
       service.serve([&] {
         reporter.maybe_send();
+        if (const double slow = runtime::fault_hooks().slow_ms.load(); slow > 0)
+          std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow));
+        if (heartbeat) heartbeat->load().live_sessions = static_cast<std::int32_t>(host.live_sessions());
         return stop.should_stop();
       });
       return 0;
     }
-    case runtime::Role::Actor: {
+    case runtime::Role::Actor:
+    case runtime::Role::StandbyActor: {
+      // A standby actor runs the actor in standby mode: it keeps its weights
+      // current and takes a lost actor's place when learner 0 says one was lost.
       model::Policy policy = make_policy(config, init_path);
       policy->eval();
       torch::NoGradGuard no_grad;
       comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
-      rollout::Actor actor(config, world, mailbox, policy, sync_comm, heartbeat ? &heartbeat->load() : nullptr);
+      rollout::Actor actor(config, world, mailbox, policy, sync_comm, heartbeat ? &heartbeat->load() : nullptr,
+                           world.role() == runtime::Role::StandbyActor);
       actor.run(stop);
-      wait_for_stop(stop, final_wait_s, world.role_label());
-      return 0;
-    }
-    case runtime::Role::StandbyActor: {
-      // Keeps current weights (so it could take over an actor's sessions) and
-      // the sync collectives matched.
-      model::Policy policy = make_policy(config, init_path);
-      comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
-      sync::WeightReceiver receiver(sync_comm, sync::module_weight_views(*policy),
-                                    sync::sync_options(config.sync, config.cluster.message_timeout_s));
-      telemetry::MetricsReporter reporter(mailbox, config.telemetry.metrics_interval_s);
-      while (!receiver.closed()) {
-        reporter.maybe_send();
-        if (receiver.poll()) receiver.apply();
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
       wait_for_stop(stop, final_wait_s, world.role_label());
       return 0;
     }
@@ -91,8 +83,8 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
       std::unique_ptr<comm::MpiCommunicator> sync_comm;
       if (world.is_coordinator()) sync_comm = std::make_unique<comm::MpiCommunicator>(world.sync_comm(), "weight-sync group");
-      Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume);
-      if (world.is_coordinator()) learner.set_heartbeat(heartbeat);
+      Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume,
+                      world.is_coordinator() ? heartbeat : nullptr);
       learner.run(stop);
       if (world.is_coordinator()) {
         stop.request_stop("training complete");

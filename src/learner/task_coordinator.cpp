@@ -94,23 +94,64 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
 }
 
 void TaskCoordinator::serve(std::int64_t policy_version) {
-  while (auto request = mailbox_.try_receive<rollout::WorkRequest>())
-    pending_.emplace_back(request->first, request->second.free_slots);
+  while (auto request = mailbox_.try_receive<rollout::WorkRequest>()) {
+    const int actor = request->first;
+    if (lost_actors_.count(actor)) continue;
+    for (std::uint64_t id : request->second.delivered) undelivered_[actor].erase(id);
+    pending_.emplace_back(actor, request->second.free_slots);
+  }
   while (!pending_.empty()) {
     auto [actor, free_slots] = pending_.front();
     if (phase_ == Phase::Done) {
-      mailbox_.send(actor, rollout::TaskAssignment{{}, true});
+      send_to_actor(actor, rollout::TaskAssignment{{}, true});
       pending_.pop_front();
       continue;
     }
     std::vector<rollout::TaskGroup> groups = next_groups(free_slots, policy_version);
     if (groups.empty()) break;  // answer later, when work is allowed
-    mailbox_.send(actor, rollout::TaskAssignment{std::move(groups), false});
+    for (const rollout::TaskGroup& g : groups) undelivered_[actor][g.group_id] = g;
+    send_to_actor(actor, rollout::TaskAssignment{std::move(groups), false});
     pending_.pop_front();
   }
 }
 
+void TaskCoordinator::send_to_actor(int actor, const rollout::TaskAssignment& assignment) {
+  try {
+    mailbox_.send(actor, assignment);
+  } catch (const runtime::PeerLostError&) {
+    // Its loss is being handled (heartbeats): what it was given comes back through take_undelivered().
+  }
+}
+
+std::vector<rollout::TaskGroup> TaskCoordinator::take_undelivered(int actor_rank) {
+  lost_actors_.insert(actor_rank);
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(), [&](const auto& p) { return p.first == actor_rank; }),
+                 pending_.end());
+  std::vector<rollout::TaskGroup> groups;
+  for (const auto& [id, group] : undelivered_[actor_rank]) {
+    if (group.evaluation) {
+      if (recorded_evaluations_.count(id)) continue;
+      eval_queue_.push_front(group);  // run again by another actor; still outstanding
+    }
+    groups.push_back(group);
+  }
+  undelivered_.erase(actor_rank);
+  return groups;
+}
+
+void TaskCoordinator::cancelled_training_group(const rollout::TaskGroup& group) {
+  --in_flight_;
+  assigned_episodes_[group.group_id % static_cast<std::uint64_t>(learners_)] -= group.size;
+  if (!config_.sync.asynchronous) --assigned_this_step_;
+}
+
+void TaskCoordinator::add_actor(int rank) {
+  if (std::find(actors_.begin(), actors_.end(), rank) == actors_.end()) actors_.push_back(rank);
+}
+
 void TaskCoordinator::record_evaluation(const rollout::Trajectory& episode) {
+  // An evaluation group runs again when its actor was lost; a late result of it counts once.
+  if (!recorded_evaluations_.insert(episode.group_id).second) return;
   auto& table = phase_ == Phase::EvalBefore ? before_ : after_;
   FamilyScore& score = table[episode.task.family];
   if (episode.failed()) {
@@ -167,13 +208,13 @@ void TaskCoordinator::finish_actors() {
   // Actors with a request pending get the answer now; the others get it unasked.
   std::vector<int> answered;
   for (const auto& [actor, free] : pending_) {
-    mailbox_.send(actor, rollout::TaskAssignment{{}, true});
+    send_to_actor(actor, rollout::TaskAssignment{{}, true});
     answered.push_back(actor);
   }
   pending_.clear();
   for (int actor : actors_)
-    if (std::find(answered.begin(), answered.end(), actor) == answered.end())
-      mailbox_.send(actor, rollout::TaskAssignment{{}, true});
+    if (std::find(answered.begin(), answered.end(), actor) == answered.end() && !lost_actors_.count(actor))
+      send_to_actor(actor, rollout::TaskAssignment{{}, true});
   finished_sent_ = true;
 }
 
@@ -233,7 +274,7 @@ void write_rank_failures(JsonWriter& json, const std::vector<RankFailure>& failu
     json.begin_object().key("rank").value(f.rank).key("role").value(f.role).key("role_index").value(f.role_index)
         .key("host").value(f.host).key("kind").value(f.kind).key("detected_after_s").value(f.detected_after_s)
         .key("recovered_after_s").value(f.recovered_after_s).key("sessions_migrated").value(f.sessions_migrated)
-        .key("episodes_restarted").value(f.episodes_restarted).key("step").value(f.step).end_object();
+        .key("episodes_restarted").value(f.episodes_restarted).key("step").value(f.step).key("steps_lost").value(f.steps_lost).end_object();
   json.end_array();
 }
 
@@ -251,6 +292,7 @@ std::vector<RankFailure> read_rank_failures(const JsonValue& value) {
     f.sessions_migrated = static_cast<int>(entry.at("sessions_migrated").as_number());
     f.episodes_restarted = static_cast<int>(entry.at("episodes_restarted").as_number());
     f.step = static_cast<std::int64_t>(entry.at("step").as_number());
+    if (const JsonValue* lost = entry.find("steps_lost")) f.steps_lost = static_cast<std::int64_t>(lost->as_number());
     failures.push_back(std::move(f));
   }
   return failures;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "moerl/core/hash.h"
+#include "moerl/runtime/fault_plan.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics.h"
 #include "moerl/telemetry/metrics_report.h"
@@ -58,14 +59,17 @@ double env_reply_deadline_s(const config::Config& config, int turns) {
 }
 
 Actor::Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
-             comm::Communicator& sync_comm, runtime::RankLoad* load)
+             comm::Communicator& sync_comm, runtime::RankLoad* load, bool standby)
     : config_(config),
       world_(world),
       mailbox_(mailbox),
       format_(model::make_episode_format(config.model, config.chat)),
       engine_(policy, engine_options(config, format_)),
       env_(mailbox, env_worker_ranks(world)),
-      receiver_(sync_comm, sync::module_weight_views(*policy), sync::sync_options(config.sync, config.cluster.message_timeout_s)) {
+      weight_views_(sync::module_weight_views(*policy)),
+      sync_comm_(&sync_comm),
+      receiver_(std::make_unique<sync::WeightReceiver>(
+          sync_comm, weight_views_, sync::sync_options(config.sync, config.cluster.message_timeout_s))) {
   moe_layers_ = policy->num_moe_layers();
   top_k_ = config.moe.enabled ? config.moe.top_k : 0;
   MOERL_CHECK(!config.moe.enabled || config.moe.num_experts <= 256,
@@ -73,6 +77,7 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
   engine_.set_policy_version(0);
   load_ = load;
   if (load_) load_->weight_version = 0;
+  standby_ = standby;
 }
 
 int Actor::free_slots() const {
@@ -82,9 +87,21 @@ int Actor::free_slots() const {
 }
 
 void Actor::request_work() {
-  if (finished_ || work_requested_ || free_slots() < config_.rollout.group_size) return;
-  mailbox_.send(runtime::RankLayout::kCoordinatorRank, WorkRequest{free_slots()});
+  if (standby_ || finished_ || work_requested_ || free_slots() < config_.rollout.group_size) return;
+  WorkRequest request;
+  request.free_slots = free_slots();
+  request.delivered.swap(delivered_groups_);
+  mailbox_.send(runtime::RankLayout::kCoordinatorRank, request);
   work_requested_ = true;
+}
+
+void Actor::group_member_done(const Trajectory& t) {
+  const auto size = group_sizes_.find(t.group_id);
+  const int expected = size == group_sizes_.end() ? 1 : size->second;
+  if (++group_members_done_[t.group_id] < expected) return;
+  group_sizes_.erase(t.group_id);
+  group_members_done_.erase(t.group_id);
+  delivered_groups_.push_back(t.group_id);
 }
 
 void Actor::take_assignment(const TaskAssignment& assignment) {
@@ -100,6 +117,7 @@ void Actor::start_waiting_groups() {
   while (!waiting_groups_.empty() && waiting_groups_.front().min_version <= engine_.policy_version()) {
     const TaskGroup group = waiting_groups_.front();
     waiting_groups_.pop_front();
+    group_sizes_[group.group_id] = group.size;
     for (int k = 0; k < group.size; ++k) {
       Episode episode;
       episode.group = group;
@@ -115,8 +133,11 @@ void Actor::start_waiting_groups() {
       t.evaluation = group.evaluation;
       t.moe_layers = static_cast<std::int32_t>(moe_layers_);
       t.top_k = static_cast<std::int32_t>(top_k_);
-      env_.open(episode.id, group.task);
-      expect_env_reply(episodes_.emplace(episode.id, std::move(episode)).first->second);
+      Episode& started = episodes_.emplace(episode.id, std::move(episode)).first->second;
+      started.env_worker = env_.worker_of(started.id);
+      started.awaited_request = env_.open(started.id, group.task);
+      started.awaited_kind = env::RequestKind::Open;
+      expect_env_reply(started);
     }
   }
 }
@@ -158,12 +179,24 @@ void Actor::on_env_reply(const env::EnvReply& reply) {
   auto it = episodes_.find(reply.session);
   if (it == episodes_.end()) return;  // an episode already finished (e.g. its env failed)
   Episode& episode = it->second;
+  // A reply from before a restore on another env worker (or to a request given up on) is stale.
+  if (reply.request_id != episode.awaited_request) return;
   if (!reply.ok) {
     fail(episode, reply.failure, reply.error, reply.attempts);
     return;
   }
+  if (reply.kind == env::RequestKind::Restore) {
+    on_restored(episode);
+    return;
+  }
   if (reply.kind == env::RequestKind::Step) {
+    episode.env_actions.push_back(episode.pending_action);
+    episode.pending_action.clear();
     ++episode.turns;
+    if (!reply.archive_path.empty()) {
+      episode.snapshot_path = reply.archive_path;
+      episode.snapshot_turn = episode.env_actions.size();
+    }
     episode.trajectory.turn_rewards.push_back(static_cast<float>(reply.reward));
     episode.trajectory.reward += reply.reward;
     episode.trajectory.success = reply.success;
@@ -194,7 +227,9 @@ void Actor::on_turn(std::uint64_t id) {
     return;
   }
   episode.needs_end_of_turn = turn.tokens.empty() || turn.tokens.back() != format_.end_of_turn_id();
-  env_.step(id, action);
+  episode.pending_action = action;
+  episode.awaited_request = env_.step(id, action);
+  episode.awaited_kind = env::RequestKind::Step;
   expect_env_reply(episode);
 }
 
@@ -256,9 +291,19 @@ void Actor::send_episode(Trajectory& t) {
   // Evaluation episodes go to learner 0, which keeps the before/after table;
   // so do failure records, for the run's failure books.
   const int destination = t.evaluation ? runtime::RankLayout::kCoordinatorRank : learner;
-  mailbox_.send(destination, t);
+  if (runtime::fault_hooks().corrupt_next_message.exchange(false)) {
+    // [faults] plan "corrupt message": a byte flipped after framing, so the receiver's CRC check fails.
+    runtime::ByteWriter w;
+    t.encode(w);
+    std::vector<std::uint8_t> frame = runtime::frame_message(Trajectory::kType, world_.rank(), w.bytes());
+    frame.back() ^= 0x5A;
+    mailbox_.send_frame(destination, Trajectory::kType, frame);
+  } else {
+    mailbox_.send(destination, t);
+  }
   if (t.failed() && destination != runtime::RankLayout::kCoordinatorRank)
     mailbox_.send(runtime::RankLayout::kCoordinatorRank, t);
+  group_member_done(t);
   telemetry::metrics().add(t.evaluation ? "actor.eval_episodes" : "actor.episodes");
 }
 
@@ -302,21 +347,36 @@ void Actor::finish(Episode& episode) {
 }
 
 void Actor::apply_new_weights() {
-  if (!receiver_.poll()) return;
-  const std::int64_t version = receiver_.apply();
+  bool ready = false;
+  try {
+    ready = receiver_->poll();
+  } catch (const comm::PeerFailure& failure) {
+    spdlog::warn("actor {}: the weight-sync group lost a member ({}); rebuilding it", world_.role_index(), failure.what());
+    recover_sync_group();
+    return;
+  }
+  if (!ready) return;
+  const std::int64_t version = receiver_->apply();
   engine_.set_policy_version(version);
   if (load_) load_->weight_version = version;
   start_waiting_groups();
   telemetry::metrics().set("actor.policy_version", static_cast<double>(version));
-  telemetry::metrics().record("sync.receive_s", receiver_.last().seconds);
+  telemetry::metrics().record("sync.receive_s", receiver_->last().seconds);
 }
 
 void Actor::run(runtime::StopCoordinator& stop) {
-  spdlog::info("actor {}: up to {} episodes at once, episodes in the {}", world_.role_index(),
-               config_.rollout.sessions_per_actor, format_.description());
+  if (standby_) {
+    spdlog::info("actor (standby {}): keeps the weights current; takes a lost actor's place", world_.role_index());
+  } else {
+    spdlog::info("actor {}: up to {} episodes at once, episodes in the {}", world_.role_index(),
+                 config_.rollout.sessions_per_actor, format_.description());
+  }
   telemetry::MetricsReporter reporter(mailbox_, config_.telemetry.metrics_interval_s);
   while (!stop.should_stop()) {
     reporter.maybe_send();
+    if (const double slow = runtime::fault_hooks().slow_ms.load(); slow > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow));
+    act_on_lost_ranks();
     apply_new_weights();
     request_work();
     if (auto assignment = mailbox_.try_receive<TaskAssignment>(runtime::RankLayout::kCoordinatorRank))
@@ -325,7 +385,7 @@ void Actor::run(runtime::StopCoordinator& stop) {
     fail_overdue_sessions();
     if (engine_.has_work()) {
       for (std::uint64_t id : engine_.step()) on_turn(id);
-    } else if (finished_ && episodes_.empty() && waiting_groups_.empty()) {
+    } else if ((finished_ && episodes_.empty() && waiting_groups_.empty()) || (standby_ && receiver_->closed())) {
       break;
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -340,16 +400,20 @@ void Actor::run(runtime::StopCoordinator& stop) {
   // Keep the weight-sync collectives matched until learner 0 closes them
   // (it does, also after a stop signal), with a deadline in case it is gone.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.cluster.message_timeout_s);
-  while (!receiver_.closed()) {
+  while (!receiver_->closed()) {
     if (std::chrono::steady_clock::now() > deadline)
       throw runtime::TimeoutError("actor " + std::to_string(world_.role_index()) +
                                   ": learner 0 did not close the weight publication within " +
                                   std::to_string(config_.cluster.message_timeout_s) + " s");
-    receiver_.poll();
-    if (receiver_.ready_version() > receiver_.current_version()) receiver_.apply();
+    try {
+      receiver_->poll();
+      if (receiver_->ready_version() > receiver_->current_version()) receiver_->apply();
+    } catch (const comm::PeerFailure&) {
+      recover_sync_group();
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  spdlog::info("actor {}: done at policy version {}", world_.role_index(), receiver_.current_version());
+  spdlog::info("actor {}: done at policy version {}", world_.role_index(), receiver_->current_version());
 }
 
 }  // namespace moerl::rollout

@@ -6,8 +6,17 @@
 
 namespace moerl::rollout {
 
-void WorkRequest::encode(runtime::ByteWriter& w) const { w.put(free_slots); }
-WorkRequest WorkRequest::decode(runtime::ByteReader& r) { return {r.get<std::int32_t>()}; }
+void WorkRequest::encode(runtime::ByteWriter& w) const {
+  w.put(free_slots);
+  w.put_vector(delivered);
+}
+
+WorkRequest WorkRequest::decode(runtime::ByteReader& r) {
+  WorkRequest m;
+  m.free_slots = r.get<std::int32_t>();
+  m.delivered = r.get_vector<std::uint64_t>();
+  return m;
+}
 
 void TaskAssignment::encode(runtime::ByteWriter& w) const {
   w.put<std::uint8_t>(finished);

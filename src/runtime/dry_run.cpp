@@ -154,7 +154,7 @@ DryRunResult run_dry_run(const config::Config& config, const World& world, Mailb
   collect_metrics(config, world, mailbox, result);
   // Everyone stays until learner 0 has written its results, then all leave together.
   if (world.is_coordinator()) {
-    for (int rank = 1; rank < world.size(); ++rank) mailbox.send(rank, Stop{"dry run complete"});
+    for (int rank = 1; rank < world.size(); ++rank) mailbox.send(rank, Stop{"dry run complete", {}});
   } else {
     mailbox.receive<Stop>(kCoordinator, peer_wait_s(mailbox));
   }

@@ -4,8 +4,11 @@
 #include <mpi-ext.h>
 #endif
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "moerl/core/error.h"
 
@@ -83,6 +86,28 @@ std::vector<int> failed_ranks(MPI_Comm comm) {
   (void)comm;
 #endif
   return ranks;
+}
+
+bool wait_until_known_failed(MPI_Comm comm, const std::vector<int>& ranks, double timeout_s) {
+#if defined(MOERL_HAVE_ULFM)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  int self = 0;
+  MPI_Comm_rank(comm, &self);
+  for (;;) {
+    const std::vector<int> failed = failed_ranks(comm);
+    if (std::all_of(ranks.begin(), ranks.end(), [&](int rank) {
+          return std::find(failed.begin(), failed.end(), rank) != failed.end();
+        }))
+      return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    int flag = 0;  // any call into MPI progresses its failure detection; a probe of ourselves touches no peer
+    MPI_Iprobe(self, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+#else
+  (void)comm, (void)ranks, (void)timeout_s;
+  return true;
+#endif
 }
 
 void acknowledge_failures(MPI_Comm comm) {

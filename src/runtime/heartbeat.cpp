@@ -6,6 +6,7 @@
 #include "moerl/runtime/fault_tolerance.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/logging.h"
+#include "moerl/runtime/lost_ranks.h"
 #include "moerl/runtime/rank_layout.h"
 
 namespace moerl::runtime {
@@ -68,6 +69,8 @@ HeartbeatThread::HeartbeatThread(Mailbox& mailbox, const RankLayout& layout, Hea
       coordinator_lost_(std::move(coordinator_lost)) {
   if (options_.mode == Mode::ModeCoordinator)
     health_ = std::make_unique<RankHealth>(layout_, options_.timeout_s, monotonic_seconds());
+  if (!options_.faults.empty())
+    faults_ = std::make_unique<FaultInjector>(options_.faults, layout_, identity_.rank, monotonic_seconds());
   thread_ = std::thread([this] { run(); });
 }
 
@@ -117,9 +120,17 @@ void HeartbeatThread::tick(double now) {
   }
   if (options_.mode == Mode::ModeMember) tick_member(now);
   if (options_.mode == Mode::ModeCoordinator) tick_coordinator(now);
+  if (faults_) faults_->check(step_.load(), now);
 }
 
 void HeartbeatThread::tick_member(double now) {
+  while (auto notice = mailbox_.try_receive<RankLost>(RankLayout::kCoordinatorRank)) {
+    fence(notice->second, identity_.host);
+    if (lost_ranks().add(notice->second))
+      std::fprintf(stderr, "moerl: rank %d (%s %d) learned that rank %d (%s %d) was lost: %s\n", identity_.rank,
+                   identity_.role.c_str(), identity_.role_index, notice->second.rank, notice->second.role.c_str(),
+                   notice->second.role_index, notice->second.why.c_str());
+  }
   while (auto beat = mailbox_.try_receive<CoordinatorBeat>(RankLayout::kCoordinatorRank)) {
     last_coordinator_beat_ = now;
     step_ = beat->second.step;

@@ -2,8 +2,13 @@
 
 #include <mpi.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <set>
+#include <vector>
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -11,6 +16,8 @@
 #include "moerl/runtime/fault_tolerance.h"
 #include "moerl/runtime/heartbeat_messages.h"
 #include "moerl/runtime/logging.h"
+#include "moerl/runtime/lost_ranks.h"
+#include "moerl/runtime/rank_layout.h"
 
 namespace moerl::runtime {
 namespace {
@@ -66,20 +73,70 @@ extern "C" void on_stop_signal(int signal_number) {
 
 }  // namespace
 
-bool every_rank_arrives(MPI_Comm comm, double timeout_s) {
-  MPI_Request request;
-  MOERL_MPI_CHECK(MPI_Ibarrier(comm, &request));
-  const double deadline = monotonic_seconds() + timeout_s;
-  for (;;) {
-    int done = 0;
-    const int tested = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (tested != MPI_SUCCESS && is_process_failure(tested)) return false;  // a rank died (ULFM)
-    MOERL_MPI_CHECK(tested);
-    if (done) return true;
-    // The request stays pending: the caller aborts the job.
-    if (monotonic_seconds() > deadline) return false;
+namespace {
+
+void fence_on_this_host(const EndOfJob::Fence& fence, const std::string& this_host) {
+  if (fence.pid <= 0 || fence.host != this_host || fence.pid == static_cast<std::int64_t>(getpid())) return;
+  ::kill(static_cast<pid_t>(fence.pid), SIGKILL);
+}
+
+EndOfJobResult member_arrives(Mailbox& mailbox, double deadline, const std::string& this_host) {
+  try {
+    mailbox.send(RankLayout::kCoordinatorRank, EndOfJob{});
+  } catch (const Error&) {
+    return {false, {}};  // learner 0 is gone
+  }
+  while (monotonic_seconds() < deadline) {
+    if (auto answer = mailbox.try_receive<EndOfJob>(RankLayout::kCoordinatorRank)) {
+      EndOfJobResult result;
+      for (const EndOfJob::Fence& fence : answer->second.fence) {
+        fence_on_this_host(fence, this_host);
+        result.missing.push_back(fence.rank);
+      }
+      return result;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  return {false, {}};
+}
+
+}  // namespace
+
+EndOfJobResult every_rank_arrives(Mailbox& mailbox, double timeout_s, const std::string& this_host,
+                                  const RankWhereabouts& whereabouts) {
+  const double deadline = monotonic_seconds() + timeout_s;
+  if (mailbox.rank() != RankLayout::kCoordinatorRank) return member_arrives(mailbox, deadline, this_host);
+  std::set<int> waiting;
+  for (int rank = 0; rank < mailbox.size(); ++rank)
+    if (rank != mailbox.rank()) waiting.insert(rank);
+  std::set<int> arrived;
+  while (monotonic_seconds() < deadline) {
+    while (auto message = mailbox.try_receive<EndOfJob>()) arrived.insert(message->first);
+    for (int rank : lost_ranks().ranks()) waiting.erase(rank);
+    if (std::all_of(waiting.begin(), waiting.end(), [&](int rank) { return arrived.count(rank) > 0; })) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EndOfJobResult result;
+  EndOfJob answer;
+  for (int rank : waiting) {
+    if (arrived.count(rank)) continue;
+    result.missing.push_back(rank);
+    if (!whereabouts) continue;
+    if (const std::optional<EndOfJob::Fence> fence = whereabouts(rank)) {
+      fence_on_this_host(*fence, this_host);
+      answer.fence.push_back(*fence);
+    }
+  }
+  result.complete = result.missing.empty();  // (a member whose answer names ranks is complete: it arrived)
+  for (int rank : arrived) {
+    if (!waiting.count(rank)) continue;
+    try {
+      mailbox.send(rank, answer);
+    } catch (const Error&) {
+      result.complete = false;
+    }
+  }
+  return result;
 }
 
 void add_abort_cleanup(void (*cleanup)()) {
@@ -106,10 +163,12 @@ StopCoordinator::StopCoordinator(Mailbox& mailbox, int coordinator_rank)
     : mailbox_(mailbox), coordinator_(coordinator_rank) {}
 
 void StopCoordinator::broadcast_stop(const std::string& reason) {
+  Stop stop{reason, {}};
+  for (int rank : lost_ranks().ranks()) stop.lost.push_back(rank);
   for (int rank = 0; rank < mailbox_.size(); ++rank) {
-    if (rank == mailbox_.rank()) continue;
+    if (rank == mailbox_.rank() || lost_ranks().contains(rank)) continue;
     try {
-      mailbox_.send(rank, Stop{reason});
+      mailbox_.send(rank, stop);
     } catch (const PeerLostError&) {
       // A lost rank has nothing to stop.
     }
@@ -144,6 +203,13 @@ bool StopCoordinator::should_stop() {
   } else if (auto stop = mailbox_.try_receive<Stop>(coordinator_)) {
     stopping_ = true;
     reason_ = stop->second.reason;
+    // Learner 0's word on who was lost is final: the end of the job waits for the others.
+    for (std::int32_t rank : stop->second.lost) {
+      RankLost notice;
+      notice.rank = rank;
+      notice.why = "declared lost by learner 0 (in its Stop)";
+      lost_ranks().add(notice);
+    }
   }
   return stopping_;
 }

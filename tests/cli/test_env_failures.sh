@@ -4,7 +4,7 @@
 #     failures are counted per family and reason in summary.json;
 #   - an external environment in every misbehaviour class (tests/fixtures/
 #     flaky_env.py, on every other group's seed): the job completes, each
-#     class is counted under its reason, exactly once per failed session, and
+#     class is counted under its reason, once per failed session (3 attempts), and
 #     no environment process is left in the process table;
 #   - a family whose sessions all fail is paused and the job goes on with the
 #     others; when it is the only family, the job stops cleanly (status 3)
@@ -12,7 +12,6 @@
 #   - a frozen env worker (SIGSTOP) stops the job within message_timeout_s,
 #     naming that rank; a SIGKILLed env worker leaves no environment process.
 source "$(dirname "$0")/lib.sh" "$@"
-CONFIG="$SOURCE_DIR/configs/quickstart.toml"
 FLAKY="python3 $SOURCE_DIR/tests/fixtures/flaky_env.py"
 SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
        --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
@@ -29,11 +28,6 @@ train() {  # train NAME STATUS [extra args...]: runs 4 steps, expects STATUS
   timeout 240 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
     --set optim.total_steps=4 --init "$BASE" "$@" >"$name.txt" 2>&1
   expect_status "$want" $? "train $name"
-}
-rank_pid() {  # rank_pid RUN_NAME RANK: that rank's pid, from the record it writes when it starts
-  local record="$WORK/runs/$1/ranks/rank-$2.json"
-  for _ in $(seq 1 200); do [ -s "$record" ] && break; sleep 0.1; done
-  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['pid'])" "$record" 2>/dev/null
 }
 no_env_processes() {  # no_env_processes WHAT: nothing of flaky_env.py is left running
   sleep 0.5
@@ -74,15 +68,23 @@ fired = collections.Counter(line.split()[1] for line in open(sys.argv[2]))
 reason = {"crash": "crashed", "hang": "timeout", "not_json": "invalid_json", "debug_line": "invalid_json",
           "wrong_id": "wrong_id", "missing_field": "missing_field", "nan_reward": "invalid_reward",
           "inf_reward": "invalid_reward", "refuse": "refused", "slow_open": "timeout"}
-expected = collections.Counter()
+fired_by_reason = collections.Counter()
 for fault, n in fired.items():
-    # Every failed session used all max_retries + 1 = 3 attempts, each of which fired the fault once.
-    assert n % 3 == 0, (fault, n)
-    expected[reason[fault]] += n // 3
+    fired_by_reason[reason[fault]] += n
 counted = s["env_failures"].get("external", {})
 print("faults fired (attempts):", dict(fired))
 print("sessions failed, by reason:", counted)
-assert counted == dict(expected), (counted, dict(expected))
+assert set(counted) == set(fired_by_reason), (counted, dict(fired_by_reason))
+# Every session that failed for good used all max_retries + 1 = 3 attempts,
+# each of which fired its fault once: a session counted twice, or under the
+# wrong reason, needs more attempts than fired. Attempts left over belong to
+# sessions still retrying when the run stopped (at most sessions_per_actor x
+# 2 actors = 16 of them, up to 3 attempts each).
+left_over = 0
+for r, n in fired_by_reason.items():
+    assert 3 * counted[r] <= n, ("more sessions counted than attempts fired", r, counted[r], n)
+    left_over += n - 3 * counted[r]
+assert left_over <= 3 * 16, ("attempts of uncounted sessions", left_over)
 assert set(fired) == set(reason), ("classes that never fired", set(reason) - set(fired))
 assert s["steps"] == 10
 PY

@@ -28,7 +28,7 @@ max_staleness = 1
 }
 
 rollout::TaskAssignment ask(runtime::Mailbox& mailbox, int free_slots) {
-  mailbox.send(0, rollout::WorkRequest{free_slots});
+  mailbox.send(0, rollout::WorkRequest{free_slots, {}});
   return mailbox.receive<rollout::TaskAssignment>(0, 20.0).second;
 }
 
@@ -101,7 +101,7 @@ TEST_CASE("the coordinator evaluates, bounds staleness, replaces consumed groups
         seeds.insert(g.task.seed);
       }
       CHECK(seeds.size() == 4);
-      mailbox.send(0, rollout::WorkRequest{100});  // answered only after a step
+      mailbox.send(0, rollout::WorkRequest{100, {}});  // answered only after a step
       CHECK_FALSE(mailbox.try_receive<rollout::TaskAssignment>(0).has_value());
       phase_done(mailbox);
       const rollout::TaskAssignment more = mailbox.receive<rollout::TaskAssignment>(0, 20.0).second;

@@ -46,7 +46,7 @@ template <typename Drive>
 void run_cluster(Cluster& cluster, const SessionHostOptions& options, Drive drive) {
   if (cluster.rank == 0) {
     drive(*cluster.mailbox);
-    for (int w : cluster.workers()) cluster.mailbox->send(w, moerl::runtime::Stop{"test done"});
+    for (int w : cluster.workers()) cluster.mailbox->send(w, moerl::runtime::Stop{"test done", {}});
   } else {
     SessionHost host(options);
     EnvWorkerService service(host, *cluster.mailbox);

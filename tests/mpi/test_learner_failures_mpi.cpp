@@ -139,7 +139,7 @@ std::string scripted_actor(const config::Config& config, const runtime::World& w
     if (runtime::monotonic_seconds() > deadline) return "the scripted actor's run took over 120 s";
     if (receiver.poll()) version = receiver.apply();
     if (!finished && !requested) {
-      mailbox.send(0, rollout::WorkRequest{static_cast<std::int32_t>(config.rollout.sessions_per_actor)});
+      mailbox.send(0, rollout::WorkRequest{static_cast<std::int32_t>(config.rollout.sessions_per_actor), {}});
       requested = true;
     }
     if (auto assignment = mailbox.try_receive<rollout::TaskAssignment>(0)) {

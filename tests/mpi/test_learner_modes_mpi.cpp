@@ -171,7 +171,7 @@ ActorResult scripted_actor(const config::Config& config, const runtime::World& w
   while (result.error.empty() && !(finished && waiting.empty())) {
     if (receiver.poll()) version = receiver.apply();
     if (!finished && !requested) {
-      mailbox.send(0, rollout::WorkRequest{static_cast<std::int32_t>(config.rollout.sessions_per_actor)});
+      mailbox.send(0, rollout::WorkRequest{static_cast<std::int32_t>(config.rollout.sessions_per_actor), {}});
       requested = true;
     }
     if (auto assignment = mailbox.try_receive<rollout::TaskAssignment>(0)) {

@@ -23,6 +23,14 @@ class CommTimeout : public Error {
   using Error::Error;
 };
 
+// A member of the group died (or the group was revoked after one did), under
+// a fault-tolerant MPI: the group is unusable; every survivor calls
+// Communicator::survivors() and goes on with the group it returns.
+class PeerFailure : public Error {
+ public:
+  using Error::Error;
+};
+
 enum class DataType { Float32, Float64, Int64, Byte };
 size_t element_size(DataType type);
 const char* data_type_name(DataType type);
@@ -56,6 +64,14 @@ class Communicator {
                                                        const std::vector<size_t>& receive_counts,
                                                        const std::vector<size_t>& receive_displs, DataType type) = 0;
   virtual std::unique_ptr<CommRequest> barrier_async() = 0;
+
+  // Fault tolerance: interrupt() makes every member's pending and later
+  // operations fail with PeerFailure (how one member tells the others that
+  // the group lost someone); survivors() is collective over the living
+  // members and returns their new group (the ranks renumbered). Backends
+  // without fault tolerance throw.
+  virtual void interrupt() = 0;
+  virtual std::unique_ptr<Communicator> survivors() = 0;
 
   // Blocking forms with a timeout.
   void broadcast(void* data, size_t count, DataType type, int root, double timeout_s);

@@ -5,6 +5,8 @@
 
 #include <mpi.h>
 
+#include <memory>
+
 #include "moerl/comm/communicator.h"
 
 namespace moerl::comm {
@@ -13,6 +15,8 @@ class MpiCommunicator : public Communicator {
  public:
   // Duplicates `comm`: our collectives never match someone else's.
   MpiCommunicator(MPI_Comm comm, std::string name);
+  // Takes `owned` (a fresh communicator, e.g. from a shrink) without duplicating it.
+  static std::unique_ptr<MpiCommunicator> adopt(MPI_Comm owned, std::string name);
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -27,10 +31,16 @@ class MpiCommunicator : public Communicator {
                                                const std::vector<size_t>& receive_counts,
                                                const std::vector<size_t>& receive_displs, DataType type) override;
   std::unique_ptr<CommRequest> barrier_async() override;
+  // ULFM: MPIX_Comm_revoke, and MPIX_Comm_shrink into a new group.
+  void interrupt() override;
+  std::unique_ptr<Communicator> survivors() override;
 
   MPI_Comm comm() const { return comm_; }
 
  private:
+  struct Adopt {};
+  MpiCommunicator(Adopt, MPI_Comm owned, std::string name);
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;

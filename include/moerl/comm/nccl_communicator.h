@@ -36,6 +36,10 @@ class NcclCommunicator : public Communicator {
                                                const std::vector<size_t>& receive_displs, DataType type) override;
   // An all-reduce of one int on the device.
   std::unique_ptr<CommRequest> barrier_async() override;
+  // Failover over NCCL needs ncclCommShrink (NCCL 2.27+) behind the same
+  // protocol; until that is built a lost member ends the job for a restart.
+  void interrupt() override;
+  std::unique_ptr<Communicator> survivors() override;
 
  private:
   std::unique_ptr<CommRequest> after_launch(std::string what);

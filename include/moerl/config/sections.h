@@ -130,6 +130,7 @@ struct EnvSection {
   double reward_min = -std::numeric_limits<double>::infinity();  // rewards outside [min, max] fail the attempt
   double reward_max = std::numeric_limits<double>::infinity();
   std::int64_t breaker_failures = 8;    // consecutive failed sessions of a family that pause it; 0 = never
+  std::int64_t snapshot_every_turns = 4;  // a session's snapshot goes to the archive this often; 0 = never
   double breaker_cooldown_s = 60.0;     // a paused family is drawn from again after this long
 };
 
@@ -248,6 +249,7 @@ struct FaultsSection {
   std::int64_t env_fault_seed = 0;      // which steps are hit is a function of this seed
   CheckpointCrashPoint checkpoint_crash_point = CheckpointCrashPoint::None;  // learner 0 _exit()s mid-save
   std::int64_t checkpoint_crash_version = -1;  // the save of this policy version crashes; -1 = the first save
+  std::vector<std::string> plan;  // faults of a real run, in words (config/fault_plan.h)
 };
 
 }  // namespace moerl::config

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "moerl/config/config.h"
@@ -27,9 +28,13 @@ class EnvWorkerService {
   void serve(const std::function<bool()>& should_stop);
 
  private:
+  // Sessions of actors that learner 0 declared lost hold capacity for nothing.
+  void close_sessions_of_lost_actors();
+
   SessionHost& host_;
   runtime::Mailbox& mailbox_;
   int coordinator_;
+  std::uint64_t lost_epoch_ = 0;
 };
 
 // The actor's side: requests go to the worker that owns the session
@@ -51,8 +56,23 @@ class EnvClient {
   // The next reply; TimeoutError naming the workers when none arrives in time.
   EnvReply wait(double timeout_s);
 
+  // The worker that hosts `session`: where it was restored, else its default
+  // (session number modulo workers), else -- when that one is lost -- a living one.
   int worker_of(std::uint64_t session) const;
   size_t workers() const { return workers_.size(); }
+
+  // Failover: `rank` is lost; new sessions go elsewhere. The caller restores
+  // that worker's sessions with restore_on() (a living worker: pick_living()).
+  void mark_lost(int rank);
+  std::vector<int> living_workers() const;
+  int pick_living(std::uint64_t session) const;  // -1 when none lives
+  std::uint64_t restore_on(std::uint64_t session, const std::vector<std::uint8_t>& snapshot, int worker_rank);
+  std::uint64_t open_on(std::uint64_t session, const TaskSpec& task, int worker_rank);
+  // Restores from an archived snapshot, then applies `replay_after` (the actions since it).
+  std::uint64_t restore_from_archive_on(std::uint64_t session, const std::string& path,
+                                        const std::vector<std::string>& replay_after, int worker_rank);
+  // Workers that a send found dead (fault-tolerant MPI) since the last call.
+  std::vector<int> take_newly_lost();
 
  private:
   std::uint64_t send(EnvRequest request, int worker);
@@ -60,6 +80,8 @@ class EnvClient {
   runtime::Mailbox& mailbox_;
   std::vector<int> workers_;
   std::map<std::uint64_t, int> placement_;  // sessions moved off their default worker
+  std::set<int> lost_;
+  std::vector<int> newly_lost_;
   std::uint64_t next_request_ = 1;
 };
 

@@ -48,6 +48,7 @@ struct EnvRequest {
   bool to_archive = false;              // Snapshot: also write it to the archive directory
   std::vector<std::uint8_t> snapshot;   // Restore: SessionSnapshot bytes ...
   std::string archive_path;             // ... or a snapshot file to read
+  std::vector<std::string> replay_after;  // Restore: actions taken since that snapshot, applied after it
 };
 
 struct EnvReply {
@@ -66,7 +67,7 @@ struct EnvReply {
   int attempts = 0;         // 1 = first try worked
   std::map<std::string, std::string> info;
   std::vector<std::uint8_t> snapshot;   // Snapshot: SessionSnapshot bytes
-  std::string archive_path;             // Snapshot with to_archive
+  std::string archive_path;             // Snapshot with to_archive; a Step's periodic snapshot ([env] snapshot_every_turns)
 };
 
 struct SessionHostOptions {
@@ -89,6 +90,10 @@ class SessionHost {
   // Blocks until a reply is ready or max_wait_s passes; then poll().
   std::vector<EnvReply> wait(double max_wait_s);
 
+  // Failover: ends every session that `client` (a lost actor's rank) opened;
+  // returns how many. Their environments are interrupted and dropped.
+  size_t close_sessions_of(int client);
+
   size_t live_sessions() const;
   size_t busy_sessions() const;
   // Elastic capacity: new Open requests beyond it are refused (existing
@@ -105,6 +110,8 @@ class SessionHost {
   void finish(Session& session, const std::shared_ptr<Attempt>& attempt, std::vector<EnvReply>& out);
   void give_up_or_retry(Session& session, const std::shared_ptr<Attempt>& attempt, FailureReason reason,
                         const std::string& error, std::vector<EnvReply>& out);
+  // Writes a step's periodic snapshot to the archive; returns its path ("" if it failed).
+  std::string archive_snapshot(const Session& session, const std::vector<std::uint8_t>& native) const;
   // What is wrong with a finished attempt's result (reward range), or an empty string.
   std::string invalid_result(const Attempt& attempt) const;
   std::unique_ptr<Environment> make_environment(const std::string& family) const;

@@ -34,8 +34,9 @@
 #include "moerl/config/config.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/learner/episode_batch.h"
-#include "moerl/learner/progress_watch.h"
-#include "moerl/learner/task_coordinator.h"
+#include "moerl/learner/coordinator.h"
+#include "moerl/learner/episode_inbox.h"
+#include "moerl/learner/episode_receiver.h"
 #include "moerl/learner/value_head.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/trajectory.h"
@@ -43,7 +44,6 @@
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
 #include "moerl/sync/weight_sync.h"
-#include "moerl/telemetry/metrics_report.h"
 
 namespace moerl::learner {
 
@@ -80,8 +80,11 @@ struct StepStats {
 class Learner {
  public:
   // `resume`: "" (start fresh), "auto" (latest valid checkpoint if any) or a store path (see checkpointing.h).
+  // `heartbeat` (learner 0; may be null in tests): where its Coordinator learns of lost ranks.
   Learner(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
-          comm::Communicator& learner_comm, comm::Communicator* sync_comm, const std::string& resume = "");
+          comm::Communicator& learner_comm, comm::Communicator* sync_comm, const std::string& resume = "",
+          runtime::HeartbeatThread* heartbeat = nullptr);
+  ~Learner();
   // Trains for [optim] total_steps; learner 0 then runs the final evaluation,
   // writes <run dir>/summary.json and releases the actors.
   void run(runtime::StopCoordinator& stop);
@@ -97,9 +100,6 @@ class Learner {
   const std::string& job_failure() const { return job_failure_; }
   // The exit status that failure asks for (runtime::kJobFailedExitStatus or kLostRankExitStatus).
   int job_failure_status() const { return job_failure_status_; }
-
-  // Learner 0: where lost ranks are declared (heartbeats); null = no watch (tests).
-  void set_heartbeat(runtime::HeartbeatThread* heartbeat) { heartbeat_ = heartbeat; }
 
  private:
   struct EpisodeTargets;
@@ -118,26 +118,22 @@ class Learner {
   // Adds what `batches` (together: every episode of the step) contribute to
   // the step's token counts, staleness and router check.
   void record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay, StepStats& st);
-  void receive_episodes();
-  void take_episode(int source, rollout::Trajectory episode);
-  // `lost_episode`: the message was (or claimed to be) a training episode.
-  void drop_malformed(const runtime::MessageError& error, bool lost_episode);
-  void restore_books(const std::string& books);
-  // Records a failure that ends the job cleanly (any thread); serve_while acts on it.
-  void fail_job(const std::string& reason, int status = runtime::kJobFailedExitStatus);
-  // Learner 0: a rank the heartbeats declared lost.
-  void on_rank_lost(const runtime::LostRank& lost);
-  // Learner 0, while waiting for episodes: warnings, and fail_job on no progress or all families paused.
-  void watch_progress();
-  void collect_metrics();
-  void write_metrics_line();
+  // This step's groups from the inbox: the trainable episodes (stale groups,
+  // failure records and groups left empty are counted, not returned).
   std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken,
                                                            std::int64_t& failed);
-  // Groups that count as complete: all members arrived, or (after a malformed
-  // message was dropped) none arrived for message_timeout_s.
-  std::vector<std::uint64_t> complete_groups();
+  // Waits for `ready()`, polling failures and the stop; false when the job stops first.
+  bool wait_for_episodes(const std::function<bool()>& ready);
+  // A failure the job cannot work around (from the coordinator or the receiver): stop cleanly.
+  bool take_job_failure();
   void allreduce_gradients();
   void publish_weights();
+  // Learner 0, after the weight-sync group lost a member: the survivors'
+  // group, a new publisher on it, the newest weights published again.
+  void recover_sync_group();
+  // Runs a publisher operation; a lost member of the group (comm::PeerFailure)
+  // is recovered from and the operation tried once more.
+  void with_sync_recovery(const std::function<void()>& operation);
   void save_checkpoint_now(double reward_mean);
   // After every step: learner 0 decides whether to save and whether `latest`
   // was rolled back; every learner learns the decision (one all-reduce, which
@@ -145,17 +141,6 @@ class Learner {
   void checkpoint_step(bool done, double reward_mean);
   void roll_back_to(std::int64_t version);
   void check_learners_agree();
-  // One round of what a learner does between computations: learner 0 answers
-  // work requests; every learner takes in episodes and metrics. Returns the
-  // training episodes held. Thread-safe (serve_during's helper calls it too).
-  size_t serve_once();
-  size_t held_episodes() const;  // training episodes received and not yet taken into a step
-  // Serves until busy() is false. `waits_for_episodes`: the wait is for data
-  // (a step's groups, an evaluation): the progress watch runs, and a job
-  // failure ends the wait early. Other waits (collectives) run to the end.
-  void serve_while(const std::function<bool()>& busy, bool waits_for_episodes = false);
-  // Runs `work` (a step's computation) while a helper thread keeps serving.
-  void serve_during(const std::function<void()>& work);
   // After the last step every learner takes in the rest of the training
   // episodes handed out for it: the actors finish what they started, and a
   // send to a learner that stopped receiving would never complete (the next
@@ -175,30 +160,22 @@ class Learner {
   comm::Communicator& learner_comm_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<sync::WeightPublisher> publisher_;
-  std::unique_ptr<TaskCoordinator> coordinator_;
+  comm::Communicator* sync_comm_ = nullptr;           // learner 0: the weight-sync group in use
+  std::unique_ptr<comm::Communicator> sync_survivors_;  // it, after a failover (owned)
+  std::int64_t published_version_ = -1;
+  EpisodeInbox inbox_;                                // this learner's groups, filled by a receiving thread
+  std::unique_ptr<Coordinator> coordinator_;          // learner 0: the job service (its own thread)
+  std::unique_ptr<EpisodeReceiver> receiver_;         // the other learners' receiving thread
   std::unique_ptr<CheckpointSchedule> checkpoints_;   // learner 0
   StalenessAccount staleness_;                        // the whole run's, every learner's groups
   StalenessAccount staleness_step_;                   // this learner's since the last step
   std::vector<std::vector<std::uint8_t>> rng_states_; // [learner] as of the last step boundary
-  std::map<std::uint64_t, std::vector<rollout::Trajectory>> groups_;  // group id -> episodes received
   std::vector<rollout::Trajectory> batch_storage_;
   std::int64_t failure_records_ = 0;                  // among the groups last taken
-  std::mutex service_mutex_;                          // groups_, the mailbox polls, the coordinator
-  std::int64_t received_episodes_ = 0;                // training episodes that reached this learner
-  std::map<std::uint64_t, double> group_last_arrival_;  // group id -> when its latest member arrived
-  std::map<int, std::int64_t> malformed_by_rank_;     // malformed messages dropped, per sender
-  std::int64_t unaccounted_members_ = 0;              // episodes lost in malformed messages
-  ProgressWatch watch_;
   runtime::StopCoordinator* stop_ = nullptr;          // during run()
-  std::string pending_failure_;                       // fail_job() -> the main thread (under service_mutex_)
-  int pending_failure_status_ = runtime::kJobFailedExitStatus;
   std::string job_failure_;
   int job_failure_status_ = 0;
-  runtime::HeartbeatThread* heartbeat_ = nullptr;     // learner 0
   std::function<void(const StepStats&)> step_observer_;
-  std::unique_ptr<telemetry::MetricsReporter> reporter_;
-  telemetry::MetricsAggregator aggregator_;            // learner 0: latest snapshot of every rank
-  std::unique_ptr<telemetry::JsonLinesFile> metrics_file_;
   std::int64_t step_ = 0;
   std::int64_t version_ = 0;
   int learners_ = 1;

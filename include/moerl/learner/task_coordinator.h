@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,7 @@ struct RankFailure {
   int sessions_migrated = 0;
   int episodes_restarted = 0;
   std::int64_t step = 0;           // learner steps completed when it happened
+  std::int64_t steps_lost = 0;     // a restart: steps done after the checkpoint it resumed from, run again
 };
 
 class TaskCoordinator {
@@ -67,6 +69,7 @@ class TaskCoordinator {
   // A lost rank or a restart of the job (summary.json `failures`, kept across resumes).
   void record_rank_failure(const RankFailure& failure) { rank_failures_.push_back(failure); }
   const std::vector<RankFailure>& rank_failures() const { return rank_failures_; }
+  RankFailure& rank_failure(size_t index) { return rank_failures_.at(index); }
   const FamilyBreaker& breaker() const { return breaker_; }
   // After every learner step: how many groups all learners consumed and dropped.
   void on_step(std::int64_t groups_consumed, std::int64_t groups_dropped, std::int64_t policy_version,
@@ -77,6 +80,16 @@ class TaskCoordinator {
   void on_empty_round(std::int64_t groups_consumed, std::int64_t groups_dropped);
   // Tells every actor there is no more work (answers their requests with `finished`).
   void finish_actors();
+
+  // Failover of a lost actor (or standby): stops answering it, and returns the
+  // groups handed to it that it had not delivered. Evaluation groups among
+  // them go back into the queue (a late result of one is counted once).
+  std::vector<rollout::TaskGroup> take_undelivered(int actor_rank);
+  // A training group of a lost actor that its learner cancelled: it no
+  // longer counts as in flight or as handed out, and a new one takes its place.
+  void cancelled_training_group(const rollout::TaskGroup& group);
+  // A standby actor that took a lost actor's place asks for work from now on.
+  void add_actor(int rank);
 
   Phase phase() const { return phase_; }
   // The data cursor as of the last on_step, saved with checkpoints so a
@@ -107,6 +120,7 @@ class TaskCoordinator {
  private:
   std::vector<rollout::TaskGroup> next_groups(int free_slots, std::int64_t policy_version);
   void record_failure(const rollout::Trajectory& record);
+  void send_to_actor(int actor, const rollout::TaskAssignment& assignment);
   void start_evaluation(std::int64_t min_version);
   std::int64_t train_groups_allowed() const;
 
@@ -115,6 +129,9 @@ class TaskCoordinator {
   int learners_;
   std::vector<int> actors_;
   std::deque<std::pair<int, int>> pending_;  // (actor rank, free slots)
+  std::map<int, std::map<std::uint64_t, rollout::TaskGroup>> undelivered_;  // actor rank -> its groups in flight
+  std::set<int> lost_actors_;
+  std::set<std::uint64_t> recorded_evaluations_;  // evaluation groups whose result arrived
   Phase phase_ = Phase::EvalBefore;
   std::deque<rollout::TaskGroup> eval_queue_;
   int eval_outstanding_ = 0;

@@ -21,6 +21,16 @@
 // arrays, the FailureReason, turn, attempts and last error, sent to the
 // group's learner (which must see every member of the group) and to learner
 // 0 (which keeps the run's failure books and the per-family circuit breaker).
+//
+// Failover (a fault-tolerant MPI, actor_failover.cpp): when learner 0 says a
+// rank was lost (runtime/lost_ranks.h) the actor
+//   - restores its sessions of a lost env worker on a living one: the env
+//     worker replays the session's actions (environments are deterministic),
+//     so the episode goes on where it was, tokens and log-probs untouched;
+//   - rebuilds the weight-sync group without a lost actor (survivors()),
+//   - and, as a standby actor, takes a lost actor's place (the i-th actor
+//     lost promotes standby actor i): from then on it asks for work.
+// It tells learner 0 what it moved (FailoverReport).
 
 #include <chrono>
 #include <deque>
@@ -35,6 +45,7 @@
 #include "moerl/model/policy.h"
 #include "moerl/rollout/generation_engine.h"
 #include "moerl/rollout/trajectory.h"
+#include "moerl/runtime/failover_messages.h"
 #include "moerl/runtime/heartbeat.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
@@ -53,8 +64,10 @@ class Actor {
  public:
   // `load` (may be null): where the actor reports its weight version and
   // sessions for its heartbeats.
+  // `standby`: a standby actor, which only keeps its weights current until
+  // it takes a lost actor's place.
   Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
-        comm::Communicator& sync_comm, runtime::RankLoad* load = nullptr);
+        comm::Communicator& sync_comm, runtime::RankLoad* load = nullptr, bool standby = false);
   // Runs until learner 0 says the work is finished (then drains) or a stop.
   void run(runtime::StopCoordinator& stop);
 
@@ -69,6 +82,14 @@ class Actor {
     int turns = 0;                   // environment steps answered
     std::chrono::steady_clock::time_point started;
     double reply_due_s = 0;          // monotonic time by which the env worker must answer (waiting_env)
+    std::uint64_t awaited_request = 0;      // the env request whose reply counts (older ones are stale)
+    env::RequestKind awaited_kind = env::RequestKind::Open;
+    std::vector<std::string> env_actions;   // actions the env worker acknowledged, in order
+    std::string pending_action;             // the step in flight (awaited_kind == Step)
+    bool restoring = false;                 // a Restore on a new env worker is in flight
+    int env_worker = -1;                    // the rank hosting its session
+    std::string snapshot_path;              // its latest archived snapshot ([env] snapshot_every_turns) ...
+    size_t snapshot_turn = 0;               // ... taken after this many actions
   };
 
   void request_work();
@@ -83,6 +104,13 @@ class Actor {
   void expect_env_reply(Episode& episode);
   void fail_overdue_sessions();
   void apply_new_weights();
+  // Failover (actor_failover.cpp).
+  void act_on_lost_ranks();
+  int restore_sessions_of(int env_worker_rank);  // returns the sessions moved
+  void on_restored(Episode& episode);
+  void recover_sync_group();
+  bool promoted_by(const std::vector<runtime::RankLost>& lost) const;
+  void group_member_done(const Trajectory& t);
   int free_slots() const;
 
   const config::Config& config_;
@@ -91,7 +119,10 @@ class Actor {
   model::EpisodeFormat format_;  // before engine_, which takes a copy
   GenerationEngine engine_;
   env::EnvClient env_;
-  sync::WeightReceiver receiver_;
+  std::vector<sync::WeightView> weight_views_;
+  std::unique_ptr<comm::Communicator> sync_survivors_;  // the sync group after a loss (owned)
+  comm::Communicator* sync_comm_;                       // the group in use
+  std::unique_ptr<sync::WeightReceiver> receiver_;
   std::map<std::uint64_t, Episode> episodes_;
   std::deque<TaskGroup> waiting_groups_;
   std::uint64_t next_episode_ = 0;
@@ -99,6 +130,11 @@ class Actor {
   bool finished_ = false;
   std::map<std::string, int> failure_streaks_;  // family -> consecutive failed sessions
   runtime::RankLoad* load_ = nullptr;
+  bool standby_ = false;                          // a standby actor not (yet) promoted
+  std::uint64_t lost_epoch_ = 0;                  // lost-rank notices acted on
+  std::map<std::uint64_t, int> group_members_done_;  // group id -> members sent
+  std::map<std::uint64_t, int> group_sizes_;         // group id -> members it has
+  std::vector<std::uint64_t> delivered_groups_;   // reported with the next work request
   double next_overdue_check_s_ = 0;
   std::int64_t moe_layers_ = 0;
   std::int64_t top_k_ = 0;

@@ -26,6 +26,9 @@ struct TaskGroup {
 struct WorkRequest {
   static constexpr runtime::MessageType kType = runtime::MessageType::WorkRequest;
   std::int32_t free_slots = 0;  // episodes the actor could start now
+  // Groups whose every episode (or failure record) the actor has sent since
+  // its last request: learner 0 stops counting them as the actor's if it is lost.
+  std::vector<std::uint64_t> delivered;
   void encode(runtime::ByteWriter& w) const;
   static WorkRequest decode(runtime::ByteReader& r);
 };

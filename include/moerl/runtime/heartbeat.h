@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "moerl/runtime/fault_plan.h"
 #include "moerl/runtime/heartbeat_messages.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/rank_health.h"
@@ -52,6 +53,7 @@ class HeartbeatThread {
     double interval_s = 1.0;
     double timeout_s = 10.0;
     Mode mode = Mode::ModeMember;
+    std::vector<config::FaultAction> faults;  // [faults] plan: this thread fires the ones aimed at this rank
   };
   // `identity` names this rank in its beats; `coordinator_lost` runs on the
   // heartbeat thread when learner 0 fell silent (the default ends the process).
@@ -94,6 +96,7 @@ class HeartbeatThread {
   double next_beat_ = 0;
   double last_coordinator_beat_ = -1;  // < 0: not heard from yet (not armed)
   std::unique_ptr<RankHealth> health_;  // learner 0
+  std::unique_ptr<FaultInjector> faults_;
   mutable std::mutex mutex_;            // health_, lost_
   std::vector<LostRank> lost_;
   std::thread thread_;

@@ -14,6 +14,7 @@
 
 #include <mpi.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -72,10 +73,22 @@ std::optional<JobAbortNotice> poll_job_abort();
 // (which under ULFM ends this rank only; without it, the whole job).
 [[noreturn]] void end_this_rank(int status);
 
-// The end of a job: every rank of `comm` arrives (a barrier), or false after
-// timeout_s. MPI_Finalize waits for every rank, so without this a frozen or
-// lost rank would hold the job forever after the others stopped cleanly.
-bool every_rank_arrives(MPI_Comm comm, double timeout_s);
+// The end of a job: every living rank tells learner 0 it is done and learner
+// 0 answers each, within timeout_s. MPI_Finalize waits for every rank, so
+// without this a frozen or lost rank would hold the job forever after the
+// others stopped cleanly. Ranks that learner 0 declared lost are not waited
+// for: a handshake of messages rather than a collective, so that no two ranks
+// need to agree on who is lost. A rank that does not arrive is fenced: learner
+// 0 SIGKILLs it when it runs on learner 0's host, and its answer names it to
+// the others so that the ranks on its host do (`whereabouts` says where a
+// rank runs, from its heartbeats).
+struct EndOfJobResult {
+  bool complete = true;   // everyone arrived (a member: learner 0 answered)
+  std::vector<int> missing;  // the ranks that did not arrive, fenced (a member: as learner 0 answered)
+};
+using RankWhereabouts = std::function<std::optional<EndOfJob::Fence>(int rank)>;
+EndOfJobResult every_rank_arrives(Mailbox& mailbox, double timeout_s, const std::string& this_host,
+                                  const RankWhereabouts& whereabouts = {});
 
 // A function abort paths run before the process goes (abort_job, a second
 // stop signal): it must be async-signal-safe (e.g. kill(2) of child process

@@ -46,10 +46,13 @@ enum class MessageType : std::uint16_t {
   CoordinatorBeat = 15,  // learner 0 -> every rank: learner 0 is alive; the step the job is at
   RankLost = 16,      // learner 0 -> every rank: a rank was declared lost
   GroupsCancelled = 17,  // learner 0 -> a learner: groups whose episodes will not all come
-  EnvSessionsMoved = 18,  // learner 0 -> actors: sessions of a lost env worker, where to restore them
+  EnvSessionsMoved = 18,  // (reserved)
   JobAbort = 19,      // any rank -> every rank: a fatal error ends the job (fault-tolerant MPI only)
+  GroupsCancelledReply = 20,  // a learner -> learner 0: which of the groups it cancelled
+  FailoverReport = 21,  // an actor -> learner 0: what it moved or restarted after a loss
+  EndOfJob = 22,      // every rank -> learner 0 and back: the handshake before MPI_Finalize
 };
-constexpr std::uint16_t kMaxMessageType = 19;
+constexpr std::uint16_t kMaxMessageType = 22;
 
 const char* message_type_name(MessageType type);
 bool is_known_message_type(std::uint16_t value);
@@ -126,9 +129,26 @@ struct StopRequest {
   static StopRequest decode(ByteReader& r);
 };
 
+struct EndOfJob {
+  static constexpr MessageType kType = MessageType::EndOfJob;
+  std::int32_t status = 0;  // the sender's exit status
+  // Learner 0's answer: processes of ranks that never arrived (frozen), which
+  // every rank on their host SIGKILLs before it finalizes.
+  struct Fence {
+    std::int32_t rank = -1;
+    std::string host;
+    std::int64_t pid = 0;
+  };
+  std::vector<Fence> fence;
+  void encode(ByteWriter& w) const;
+  static EndOfJob decode(ByteReader& r);
+};
+
 struct Stop {
   static constexpr MessageType kType = MessageType::Stop;
   std::string reason;
+  // The ranks learner 0 declared lost: the end of the job waits for the others only.
+  std::vector<std::int32_t> lost;
   void encode(ByteWriter& w) const;
   static Stop decode(ByteReader& r);
 };

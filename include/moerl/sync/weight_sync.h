@@ -95,12 +95,19 @@ class WeightPublisher {
   // Snapshots the parameters and starts sending them as `version`. A previous
   // publication must have completed (finish() or progress() == true).
   void publish(std::int64_t version);
+  // Fault injection: the next publication flips a byte of `bucket` after checksumming it.
+  void corrupt_next_publication(int bucket) { options_.corrupt_bucket_for_test = bucket; }
   bool progress();                  // non-blocking; true when the publication is complete
   void finish();                    // waits (with the timeout)
   bool in_flight() const { return !requests_.empty(); }
   // Tells the receivers that no more versions come; call once, at shutdown.
   void close();
   const SyncStats& last() const { return last_; }
+  // After the group lost a member (comm::PeerFailure): lets the broadcasts
+  // in flight end, which they do with errors once the group is revoked, so
+  // that their buffers can go. The publisher is unusable afterwards; the
+  // owner builds a new one on the survivors' group.
+  void abandon(double timeout_s = 5.0);
 
  private:
   // Where bucket b's bytes leave from: the parameter itself (in place) or
@@ -140,6 +147,10 @@ class WeightReceiver {
   // Blocks until a version is ready or the publisher closed (with the timeout).
   bool wait_ready(double timeout_s);
   const SyncStats& last() const { return last_; }
+  // As WeightPublisher::abandon.
+  void abandon(double timeout_s = 5.0);
+  // A receiver built after a failover: the weights it holds are this version.
+  void assume_version(std::int64_t version) { current_version_ = version; }
 
  private:
   void post_header();

@@ -1,0 +1,147 @@
+#pragma once
+// Learner 0's job service, on one long-lived thread of its own (as Horovod
+// gives coordination its controller loop): whatever learner 0's training
+// thread is doing (an update, a publication, a checkpoint), this thread keeps
+//   - answering the actors' work requests (TaskCoordinator: placement,
+//     evaluation phases, the run's books and circuit breaker),
+//   - taking in every message for rank 0: learner 0's own training episodes
+//     (into its EpisodeInbox), evaluation episodes, every failure record,
+//     metrics reports (the aggregator behind metrics.jsonl),
+//   - acting on lost ranks that the heartbeats declare (runtime/heartbeat.h):
+//     under a fault-tolerant MPI a lost actor, standby actor or env worker
+//     fails over (coordinator_failover.cpp: the living ranks are told, a
+//     frozen one is fenced, a lost actor's undelivered groups are cancelled
+//     and replaced, a standby takes its place, the weight-sync group is
+//     rebuilt); any other loss stops the job for a restart (status 4),
+//   - watching the flow of episodes (ProgressWatch) while the job waits for it.
+// Failures the job cannot work around become one JobFailure that the
+// training thread takes and turns into a clean stop.
+//
+// Threading: every public method may be called from learner 0's training
+// thread while the service thread runs; one mutex guards the state. The
+// service thread never blocks on MPI beyond a send's own timeout.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "moerl/config/config.h"
+#include "moerl/learner/episode_inbox.h"
+#include "moerl/learner/progress_watch.h"
+#include "moerl/learner/task_coordinator.h"
+#include "moerl/runtime/failover_messages.h"
+#include "moerl/runtime/heartbeat.h"
+#include "moerl/runtime/malformed_messages.h"
+#include "moerl/runtime/world.h"
+#include "moerl/telemetry/metrics_report.h"
+
+namespace moerl::learner {
+
+// A failure that ends the job cleanly: why, and the exit status it asks for.
+struct JobFailure {
+  std::string reason;
+  int status = 3;
+};
+
+class Coordinator {
+ public:
+  // `own_inbox`: learner 0's training episodes go there. `heartbeat` (may be
+  // null): where lost ranks are declared.
+  Coordinator(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, int learners,
+              EpisodeInbox& own_inbox, runtime::HeartbeatThread* heartbeat);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  void start();  // the service thread starts
+  void stop();   // and ends (joined); safe to call twice
+
+  // A resumed run: the data cursor, the version new groups need, the books.
+  void resume(std::uint64_t next_group, std::uint64_t next_seed, std::int64_t version, const std::string& books,
+              std::int64_t step, int restarts, const std::string& restart_cause);
+  // What work requests get and heartbeats carry: the step done and the newest version.
+  void set_progress(std::int64_t step, std::int64_t version);
+  // While the training thread waits for episodes, the progress watch runs.
+  void watch_episodes(bool on);
+
+  TaskCoordinator::Phase phase() const;
+  void on_step(std::int64_t consumed, std::int64_t dropped, std::int64_t version, bool done);
+  void on_empty_round(std::int64_t consumed, std::int64_t dropped);
+  void finish_actors();
+  std::optional<JobFailure> take_failure();
+
+  // metrics.jsonl: one line after each step (every rank's latest snapshot).
+  void write_metrics_line(std::int64_t step);
+  std::vector<std::int64_t> assigned_episodes() const;
+  std::uint64_t next_group() const;
+  std::uint64_t next_seed() const;
+  std::string books_json() const;
+  std::string evaluation_table() const;
+  std::string summary_json(std::int64_t steps, double wall_s, int restarts) const;
+  // The oldest weight version an actor still generates with (as reported), for sync metrics.
+  double oldest_actor_version(double newest) const;
+
+  // Failover of the weight-sync group, on learner 0's training thread: the
+  // group lost a member (an actor or standby was declared lost) and must be
+  // rebuilt; then sync_group_rebuilt() says it was.
+  bool sync_group_broken() const { return sync_broken_.load(); }
+  void sync_group_rebuilt();
+
+ private:
+  // A failover in progress: what it waits for before it counts as recovered.
+  struct Recovery {
+    int rank = -1;
+    size_t failure = 0;            // its entry in tasks_.rank_failures()
+    double declared_at = 0;
+    std::set<int> learners;        // GroupsCancelledReply still to come
+    std::set<int> actors;          // FailoverReport still to come
+    bool sync = false;             // the weight-sync group still to rebuild
+  };
+
+  void loop();
+  void serve_once();
+  void take_messages(double now);
+  void take_episode(int source, rollout::Trajectory episode, double now);
+  void drop_malformed(const runtime::MessageError& error, bool lost_episode);
+  void on_rank_lost(const runtime::LostRank& lost);
+  // Why the job cannot go on without `lost` ("" when it can).
+  std::string failover_impossible(const runtime::LostRank& lost) const;
+  void tell_living_ranks(const runtime::RankLost& notice);
+  void fail_over_actor(const runtime::LostRank& lost, Recovery& recovery);
+  void take_failover_messages(double now);
+  void finish_recoveries(double now);
+  void watch_progress(double now);
+  void fail(const std::string& reason, int status);
+
+  const config::Config& config_;
+  const runtime::World& world_;
+  runtime::Mailbox& mailbox_;
+  int learners_;
+  EpisodeInbox& own_inbox_;
+  runtime::HeartbeatThread* heartbeat_;
+  mutable std::mutex mutex_;
+  TaskCoordinator tasks_;
+  telemetry::MetricsAggregator aggregator_;
+  std::unique_ptr<telemetry::JsonLinesFile> metrics_file_;
+  ProgressWatch watch_;
+  runtime::MalformedMessages malformed_;
+  std::optional<JobFailure> failure_;
+  bool failure_taken_ = false;
+  bool watching_ = false;
+  std::int64_t step_ = 0;
+  std::int64_t version_ = 0;
+  std::vector<Recovery> recoveries_;
+  std::map<std::uint64_t, rollout::TaskGroup> cancelling_;  // training groups of lost actors, asked to cancel
+  std::atomic<bool> sync_broken_{false};
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace moerl::learner

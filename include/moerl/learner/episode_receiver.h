@@ -1,0 +1,49 @@
+#pragma once
+// The receiving thread of a learner other than learner 0 (learner 0's
+// Coordinator does this for it): takes the training episodes of this
+// learner's groups into its EpisodeInbox while the learner computes, drops
+// malformed messages (a failure once one rank sent too many), and sends this
+// rank's metrics reports to learner 0.
+
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "moerl/config/config.h"
+#include "moerl/learner/episode_inbox.h"
+#include "moerl/runtime/malformed_messages.h"
+#include "moerl/runtime/world.h"
+#include "moerl/telemetry/metrics_report.h"
+
+namespace moerl::learner {
+
+class EpisodeReceiver {
+ public:
+  EpisodeReceiver(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
+                  EpisodeInbox& inbox);
+  ~EpisodeReceiver();  // stops the thread
+  EpisodeReceiver(const EpisodeReceiver&) = delete;
+  EpisodeReceiver& operator=(const EpisodeReceiver&) = delete;
+
+  // A reason to stop the job (too many malformed messages from one rank), once.
+  std::optional<std::string> take_failure();
+
+ private:
+  void loop();
+  void receive_once();
+
+  const runtime::World& world_;
+  runtime::Mailbox& mailbox_;
+  EpisodeInbox& inbox_;
+  runtime::MalformedMessages malformed_;
+  telemetry::MetricsReporter reporter_;
+  std::mutex mutex_;
+  std::optional<std::string> failure_;
+  bool failure_taken_ = false;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace moerl::learner

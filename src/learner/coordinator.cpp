@@ -1,0 +1,276 @@
+#include "moerl/learner/coordinator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "moerl/core/json_value.h"
+#include "moerl/runtime/job_control.h"
+#include "moerl/telemetry/metrics.h"
+
+namespace moerl::learner {
+namespace {
+
+double now_s() { return runtime::monotonic_seconds(); }
+
+}  // namespace
+
+Coordinator::Coordinator(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
+                         int learners, EpisodeInbox& own_inbox, runtime::HeartbeatThread* heartbeat)
+    : config_(config),
+      world_(world),
+      mailbox_(mailbox),
+      learners_(learners),
+      own_inbox_(own_inbox),
+      heartbeat_(heartbeat),
+      tasks_(config, mailbox, learners, world.layout().ranks_of(runtime::Role::Actor)),
+      watch_(config.cluster.message_timeout_s),
+      malformed_(world.layout(), config.cluster.malformed_message_limit, "learner 0") {}
+
+Coordinator::~Coordinator() { stop(); }
+
+void Coordinator::start() {
+  if (thread_.joinable()) return;
+  stopping_ = false;
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Coordinator::stop() {
+  stopping_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void Coordinator::loop() {
+  while (!stopping_) {
+    try {
+      serve_once();
+    } catch (const std::exception& error) {
+      // The service must not die quietly: the job stops, saying why.
+      std::lock_guard<std::mutex> lock(mutex_);
+      fail(std::string("learner 0's coordinator failed: ") + error.what(), runtime::kFatalErrorExitStatus);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void Coordinator::serve_once() {
+  std::vector<runtime::LostRank> lost;
+  if (heartbeat_) {
+    heartbeat_->set_job_progress(step_, version_);
+    lost = heartbeat_->take_lost();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  const double now = now_s();
+  for (const runtime::LostRank& rank : lost) on_rank_lost(rank);
+  tasks_.serve(version_);
+  take_messages(now);
+  take_failover_messages(now);
+  finish_recoveries(now);
+  if (watching_) watch_progress(now);
+}
+
+void Coordinator::take_messages(double now) {
+  for (;;) {
+    std::optional<std::pair<int, rollout::Trajectory>> message;
+    try {
+      message = mailbox_.try_receive<rollout::Trajectory>();
+    } catch (const runtime::MessageError& error) {
+      drop_malformed(error, true);
+      continue;
+    }
+    if (!message) break;
+    take_episode(message->first, std::move(message->second), now);
+  }
+  for (;;) {
+    std::optional<std::pair<int, telemetry::MetricsReport>> report;
+    try {
+      report = mailbox_.try_receive<telemetry::MetricsReport>();
+    } catch (const runtime::MessageError& error) {
+      drop_malformed(error, false);
+      continue;
+    }
+    if (!report) break;
+    watch_.heard_from(report->first, now);
+    aggregator_.update(report->second.snapshot);
+  }
+}
+
+void Coordinator::take_episode(int source, rollout::Trajectory episode, double now) {
+  watch_.heard_from(source, now);
+  // Failure records are not progress: a job whose every session fails must not look alive.
+  if (!episode.failed()) watch_.progressed(now);
+  if (episode.evaluation) {
+    tasks_.record_evaluation(episode);
+    return;
+  }
+  // Failure records of every group reach learner 0 for its books; the group's
+  // own learner also needs them to complete the group.
+  if (episode.failed()) tasks_.record_training_failure(episode);
+  if (episode.group_id % static_cast<std::uint64_t>(learners_) != 0) {
+    if (!episode.failed())
+      drop_malformed(runtime::MessageError("an episode of group " + std::to_string(episode.group_id) + " from rank " +
+                                               std::to_string(source) + " reached learner 0 (not its learner)",
+                                           source),
+                     false);
+    return;
+  }
+  own_inbox_.add(std::move(episode), now);
+}
+
+void Coordinator::drop_malformed(const runtime::MessageError& error, bool lost_episode) {
+  telemetry::metrics().add("learner.malformed_messages");
+  if (lost_episode) own_inbox_.lost_in_malformed_message();
+  if (const auto stop = malformed_.drop(error)) fail(*stop, runtime::kJobFailedExitStatus);
+}
+
+void Coordinator::watch_progress(double now) {
+  if (tasks_.phase() == TaskCoordinator::Phase::Train && tasks_.all_families_paused()) {
+    std::string families;
+    for (const std::string& family : config_.env.families)
+      families += (families.empty() ? "" : "; ") + family + ": " + tasks_.breaker().last_error(family);
+    fail("every task family is paused by the circuit breaker (their sessions keep failing): " + families,
+         runtime::kJobFailedExitStatus);
+    return;
+  }
+  const double quiet_s = 3 * config_.telemetry.metrics_interval_s;
+  if (watch_.expired(now)) {
+    const std::string quiet = watch_.quiet_ranks(world_.layout(), quiet_s, now);
+    fail("no episodes arrived for " + std::to_string(static_cast<int>(watch_.idle_s(now))) +
+             " s ([cluster] message_timeout_s); silent ranks: " + (quiet.empty() ? "none" : quiet) +
+             "; sessions failed for good: " + tasks_.env_failures().describe(),
+         runtime::kJobFailedExitStatus);
+  } else if (watch_.warn_due(now)) {
+    const std::string quiet = watch_.quiet_ranks(world_.layout(), quiet_s, now);
+    spdlog::warn("learner 0: no episodes for {:.0f} s (the job stops at {:.0f} s); silent ranks: {}; sessions failed "
+                 "for good: {}",
+                 watch_.idle_s(now), watch_.limit_s(), quiet.empty() ? "none" : quiet,
+                 tasks_.env_failures().describe());
+  }
+}
+
+void Coordinator::fail(const std::string& reason, int status) {
+  if (failure_) return;  // the first failure is the one that stops the job
+  failure_ = JobFailure{reason, status};
+  own_inbox_.notify();   // a training thread waiting for episodes looks up
+}
+
+std::optional<JobFailure> Coordinator::take_failure() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!failure_ || failure_taken_) return std::nullopt;
+  failure_taken_ = true;
+  return failure_;
+}
+
+void Coordinator::resume(std::uint64_t next_group, std::uint64_t next_seed, std::int64_t version,
+                         const std::string& books, std::int64_t step, int restarts, const std::string& restart_cause) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tasks_.resume(next_group, next_seed, version);
+  step_ = step;
+  version_ = version;
+  // A resumed run keeps the first run's books: its `before` evaluation,
+  // failure counts and lost ranks (checkpoints written before they were
+  // kept have none), and each step once in the metrics file.
+  if (!books.empty()) {
+    try {
+      tasks_.restore_books(books);
+    } catch (const JsonError& error) {
+      spdlog::warn("resume: the checkpoint's coordinator books are unreadable ({}); summary.json starts them afresh",
+                   error.what());
+    }
+  }
+  // Steps logged past the checkpoint were done by the attempt that failed: they run again.
+  const std::string metrics_path = config_.run_directory() + "/" + config_.telemetry.metrics_file;
+  const std::int64_t dropped = telemetry::keep_lines_through_step(metrics_path, step);
+  if (dropped > 0)
+    spdlog::info("resume: dropped {} lines past step {} from {} (those steps run again)", dropped, step, metrics_path);
+  if (restarts > 0) {
+    RankFailure restart;
+    restart.kind = "restart " + std::to_string(restarts) + " by scripts/launch.sh: " + restart_cause;
+    restart.step = step;
+    restart.steps_lost = dropped;
+    tasks_.record_rank_failure(restart);
+  }
+}
+
+void Coordinator::set_progress(std::int64_t step, std::int64_t version) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_ = step;
+  version_ = version;
+}
+
+void Coordinator::watch_episodes(bool on) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (on && !watching_) watch_.start(now_s());
+  watching_ = on;
+}
+
+TaskCoordinator::Phase Coordinator::phase() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.phase();
+}
+
+void Coordinator::on_step(std::int64_t consumed, std::int64_t dropped, std::int64_t version, bool done) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  version_ = version;
+  tasks_.on_step(consumed, dropped, version, done);
+}
+
+void Coordinator::on_empty_round(std::int64_t consumed, std::int64_t dropped) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tasks_.on_empty_round(consumed, dropped);
+}
+
+void Coordinator::finish_actors() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tasks_.finish_actors();
+}
+
+void Coordinator::write_metrics_line(std::int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  aggregator_.update(telemetry::metrics().snapshot());
+  if (!metrics_file_)
+    metrics_file_ = std::make_unique<telemetry::JsonLinesFile>(config_.run_directory() + "/" + config_.telemetry.metrics_file);
+  metrics_file_->append(aggregator_.json_line(step));
+}
+
+std::vector<std::int64_t> Coordinator::assigned_episodes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.assigned_episodes();
+}
+
+std::uint64_t Coordinator::next_group() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.next_group();
+}
+
+std::uint64_t Coordinator::next_seed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.next_seed();
+}
+
+std::string Coordinator::books_json() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.books_json();
+}
+
+std::string Coordinator::evaluation_table() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.evaluation_table();
+}
+
+std::string Coordinator::summary_json(std::int64_t steps, double wall_s, int restarts) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.summary_json(steps, wall_s, restarts);
+}
+
+double Coordinator::oldest_actor_version(double newest) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  double oldest = newest;
+  for (const auto& [rank, snapshot] : aggregator_.latest()) {
+    const auto it = snapshot.gauges.find("actor.policy_version");
+    if (snapshot.role == "actor" && it != snapshot.gauges.end()) oldest = std::min(oldest, it->second);
+  }
+  return oldest;
+}
+
+}  // namespace moerl::learner

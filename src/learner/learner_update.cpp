@@ -1,0 +1,352 @@
+// Learner::update and what it needs: the step's loss over micro-batches,
+// advantages and dynamic sampling, the gradient all-reduce and the check that
+// data-parallel learners hold the same weights. (learner.cpp: the run loop.)
+
+#include <cmath>
+
+#include "moerl/algo/advantages.h"
+#include "moerl/algo/policy_loss.h"
+#include "moerl/algo/token_batch.h"
+#include "moerl/learner/episode_batch.h"
+#include "moerl/learner/learner.h"
+#include "moerl/learner/ppo_targets.h"
+#include "moerl/storage/checksum.h"
+#include "moerl/sync/module_weights.h"
+#include "moerl/telemetry/metrics.h"
+
+namespace moerl::learner {
+namespace {
+
+double now_s() { return runtime::monotonic_seconds(); }
+
+algo::PolicyLossOptions loss_options(const config::AlgoSection& a, std::int64_t max_tokens) {
+  algo::PolicyLossOptions o;
+  o.ratio_level = a.gspo ? algo::RatioLevel::RatioSequence : algo::RatioLevel::RatioToken;
+  o.clip_low = a.clip_low;
+  o.clip_high = a.clip_high;
+  switch (a.normalization) {
+    case config::LossNormalization::Token: o.aggregation = algo::LossAggregation::TokenMean; break;
+    case config::LossNormalization::Sequence: o.aggregation = algo::LossAggregation::SequenceMean; break;
+    case config::LossNormalization::Constant:
+      o.aggregation = algo::LossAggregation::ConstantNormalizer;
+      o.constant_normalizer = static_cast<double>(max_tokens);
+      break;
+  }
+  o.importance_cap = a.importance_cap;
+  o.kl_estimator = a.kl == config::KlMode::K1 ? algo::KlEstimator::KlK1
+                   : a.kl == config::KlMode::K3 ? algo::KlEstimator::KlK3 : algo::KlEstimator::KlNone;
+  o.kl_coef = a.kl_coef;
+  o.entropy_coef = a.entropy_coef;
+  return o;
+}
+
+PpoOptions ppo_options(const config::AlgoSection& a) {
+  PpoOptions o;
+  o.gamma = a.gae_gamma;
+  o.lambda = a.gae_lambda;
+  o.value_clip = a.value_clip;
+  o.whiten_advantages = a.whiten_advantages;
+  return o;
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> Learner::trainable_parameters() const {
+  std::vector<torch::Tensor> parameters = policy_->parameters();
+  if (value_head_)
+    for (const auto& p : value_head_->parameters()) parameters.push_back(p);
+  return parameters;
+}
+
+void Learner::allreduce_gradients() {
+  // One flat buffer of every gradient (zeros where a parameter got none, e.g.
+  // an expert no token reached), averaged over the learners in one all-reduce.
+  if (learners_ == 1) return;
+  std::vector<torch::Tensor> pieces;
+  for (auto& p : trainable_parameters())
+    pieces.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
+  torch::Tensor flat = torch::cat(pieces).contiguous();
+  auto request = learner_comm_.allreduce_sum_async(flat.data_ptr(), static_cast<size_t>(flat.numel()), comm::DataType::Float32);
+  // The receiving threads keep taking episodes meanwhile; this wait has the message deadline.
+  request->wait(config_.cluster.message_timeout_s);
+  flat.div_(static_cast<double>(learners_));
+  std::int64_t at = 0;
+  for (auto& p : trainable_parameters()) {
+    torch::Tensor slice = flat.narrow(0, at, p.numel()).view_as(p);
+    if (p.grad().defined()) {
+      p.mutable_grad().copy_(slice);
+    } else {
+      p.mutable_grad() = slice.clone();
+    }
+    at += p.numel();
+  }
+}
+
+// Episode-level inputs of the loss: rewards (with the overlong penalty),
+// group-relative advantages and which episodes dynamic sampling keeps.
+struct Learner::EpisodeTargets {
+  torch::Tensor advantages;  // [N]; undefined for PPO (per turn, from the value head)
+  std::vector<float> final_bonus;  // [N] overlong penalty (PPO adds it to the last turn)
+  torch::Tensor kept;        // [N] float 0/1
+  double kept_sequences = 0;
+};
+
+Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st) {
+  const auto n = static_cast<std::int64_t>(episodes.size());
+  std::vector<float> reward_values, generated_lengths;
+  std::vector<std::int64_t> group_values;
+  for (const auto* e : episodes) {
+    reward_values.push_back(static_cast<float>(e->reward));
+    group_values.push_back(static_cast<std::int64_t>(e->group_id));
+    float generated = 0;
+    for (std::uint8_t g : e->generated) generated += g;
+    generated_lengths.push_back(generated);
+    FamilyScore& family = st.by_family[e->task.family];
+    ++family.episodes;
+    family.successes += e->success;
+    family.reward += e->reward;
+    st.reward_mean += e->reward / static_cast<double>(n);
+  }
+  torch::Tensor rewards = torch::tensor(reward_values);
+  EpisodeTargets targets;
+  targets.final_bonus.assign(static_cast<size_t>(n), 0.f);
+  if (config_.algo.overlong_cache_tokens > 0) {
+    algo::OverlongOptions overlong;
+    overlong.max_length = config_.rollout.max_tokens_per_episode;
+    overlong.cache_length = std::min(config_.algo.overlong_cache_tokens, config_.rollout.max_tokens_per_episode);
+    overlong.factor = config_.algo.overlong_factor;
+    const torch::Tensor penalty = algo::overlong_penalty(torch::tensor(generated_lengths), overlong).to(torch::kFloat32);
+    rewards = rewards + penalty;
+    targets.final_bonus.assign(penalty.data_ptr<float>(), penalty.data_ptr<float>() + n);
+  }
+  const torch::Tensor groups = torch::tensor(group_values);
+  targets.kept = torch::ones({n}, torch::kFloat32);
+  const bool ppo = config_.algo.advantage == config::AdvantageEstimator::Ppo;
+  // PPO's baseline is the value head, not the group: equal rewards still teach the critic.
+  if (config_.algo.drop_zero_variance_groups && !ppo) {
+    const algo::GroupFilter filter = algo::filter_zero_variance_groups(rewards, groups);
+    targets.kept = filter.kept.to(torch::kFloat32);
+    st.zero_variance_groups = filter.dropped_groups;
+  }
+  switch (config_.algo.advantage) {
+    case config::AdvantageEstimator::Grpo: targets.advantages = algo::grpo_advantages(rewards, groups); break;
+    case config::AdvantageEstimator::DrGrpo: targets.advantages = algo::dr_grpo_advantages(rewards, groups); break;
+    case config::AdvantageEstimator::Rloo: targets.advantages = algo::rloo_advantages(rewards, groups); break;
+    case config::AdvantageEstimator::Ppo: break;  // per turn, in ppo_targets()
+  }
+  targets.kept_sequences = targets.kept.sum().item<double>();
+  return targets;
+}
+
+Learner::EpisodeTargets Learner::kept_targets(const std::vector<const rollout::Trajectory*>& episodes,
+                                              const EpisodeTargets& all, std::vector<const rollout::Trajectory*>& kept,
+                                              std::vector<const rollout::Trajectory*>& dropped) {
+  const torch::Tensor flags = all.kept.contiguous();
+  const float* keep = flags.data_ptr<float>();
+  std::vector<std::int64_t> index;
+  for (size_t i = 0; i < episodes.size(); ++i)
+    if (keep[i] > 0) {
+      kept.push_back(episodes[i]);
+      index.push_back(static_cast<std::int64_t>(i));
+    } else {
+      dropped.push_back(episodes[i]);
+    }
+  if (kept.size() == episodes.size()) return all;
+  const torch::Tensor rows = torch::tensor(index, torch::kInt64);
+  EpisodeTargets out;
+  if (all.advantages.defined()) out.advantages = all.advantages.index_select(0, rows);
+  out.kept = torch::ones({static_cast<std::int64_t>(index.size())}, torch::kFloat32);
+  for (std::int64_t i : index) out.final_bonus.push_back(all.final_bonus[static_cast<size_t>(i)]);
+  out.kept_sequences = all.kept_sequences;
+  return out;
+}
+
+// How often the learner's own router would have picked other experts than the
+// replayed ones (fraction of token-layer pairs whose top-k sets differ).
+std::pair<double, double> Learner::router_disagreement(const EpisodeBatch& batch) {
+  torch::NoGradGuard no_grad;
+  const model::PolicyOutput own = policy_->forward(batch.inputs, batch.lengths);
+  const torch::Tensor mine = std::get<0>(own.expert_indices.sort(-1));
+  const torch::Tensor replayed = std::get<0>(batch.forced_experts.sort(-1));
+  const torch::Tensor differs = (mine != replayed).any(-1);
+  return {differs.sum().item<double>(), static_cast<double>(differs.numel())};
+}
+
+void Learner::record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay,
+                                        StepStats& st) {
+  bool routed = replay && config_.algo.routing_check_interval > 0 && step_ % config_.algo.routing_check_interval == 0;
+  for (const EpisodeBatch* b : batches) {
+    st.generated_tokens += b->generated_tokens;
+    st.tokens += b->targets.size(0);
+    record_staleness(*b, st);
+    routed = routed && b->forced_experts.defined();
+  }
+  if (!routed) return;
+  double differing = 0, pairs = 0;
+  for (const EpisodeBatch* b : batches) {
+    const auto [d, n] = router_disagreement(*b);
+    differing += d;
+    pairs += n;
+  }
+  st.router_disagreement = pairs > 0 ? differing / pairs : 0.0;
+  telemetry::metrics().set("learner.router_disagreement", st.router_disagreement);
+}
+
+StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episodes) {
+  const double started = now_s();
+  StepStats st;
+  st.step = step_;
+  st.version = version_;
+  st.episodes = static_cast<int>(episodes.size());
+  optimizer_->zero_grad();
+  double local_tokens = 0;
+  if (!episodes.empty()) {
+    const EpisodeTargets all_targets = episode_targets(episodes, st);
+    const bool replay = config_.algo.routing_replay && config_.moe.enabled;
+    // Groups that dynamic sampling dropped carry no loss: they stay out of
+    // the forward and backward passes (the loss normalises over kept tokens
+    // and sequences only, so its value is the same).
+    std::vector<const rollout::Trajectory*> trained, dropped;
+    const EpisodeTargets targets = kept_targets(episodes, all_targets, trained, dropped);
+    // Micro-batches ([optim] grad_accumulation) split the episodes; each
+    // chunk's loss is weighted by its share of the batch so the summed
+    // gradient equals that of one full-batch loss.
+    const auto n = static_cast<std::int64_t>(trained.size());
+    const std::int64_t chunks = std::min<std::int64_t>(config_.optim.grad_accumulation, n);
+    const algo::PolicyLossOptions options = loss_options(config_.algo, config_.rollout.max_tokens_per_episode);
+    double total_counted = 0;
+    std::vector<EpisodeBatch> batches;
+    std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const std::int64_t begin = n * c / chunks, end = n * (c + 1) / chunks;
+      std::vector<const rollout::Trajectory*> part(trained.begin() + begin, trained.begin() + end);
+      batches.push_back(make_episode_batch(part, replay));
+      ranges.emplace_back(begin, end);
+      const EpisodeBatch& b = batches.back();
+      total_counted += (b.loss_mask * algo::broadcast_to_tokens(targets.kept.narrow(0, begin, end - begin), b.sequence_index))
+                           .sum()
+                           .item<double>();
+    }
+    local_tokens = total_counted;
+    {
+      // The step's token counts, staleness and router check cover every
+      // episode taken: the micro-batches, and the dropped groups apart.
+      std::vector<const EpisodeBatch*> all_batches;
+      for (const EpisodeBatch& b : batches) all_batches.push_back(&b);
+      const EpisodeBatch dropped_batch = dropped.empty() ? EpisodeBatch() : make_episode_batch(dropped, replay);
+      if (!dropped.empty()) all_batches.push_back(&dropped_batch);
+      record_episode_statistics(all_batches, replay, st);
+    }
+    // The chunk's share: of the counted tokens (token mean) or of the kept sequences.
+    auto chunk_share = [&](double counted, const torch::Tensor& kept) {
+      return options.aggregation == algo::LossAggregation::TokenMean
+                 ? counted / total_counted
+                 : kept.sum().item<double>() / std::max(1.0, targets.kept_sequences);
+    };
+    policy_->train();
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const EpisodeBatch& batch = batches[static_cast<size_t>(c)];
+      const auto [begin, end] = ranges[static_cast<size_t>(c)];
+      const torch::Tensor kept = targets.kept.narrow(0, begin, end - begin);
+      const torch::Tensor token_mask = batch.loss_mask * algo::broadcast_to_tokens(kept, batch.sequence_index);
+      const double counted = token_mask.sum().item<double>();
+      if (counted == 0) continue;
+      model::PolicyOutput out = policy_->forward(batch.inputs, batch.lengths, batch.forced_experts);
+      algo::PolicyLossInputs inputs;
+      inputs.logp_new = target_logprobs(out.logits, batch.targets);
+      inputs.logp_behaviour = batch.behaviour_logprobs;
+      const double share = chunk_share(counted, kept);
+      torch::Tensor value_loss;
+      if (value_head_) {
+        std::vector<const rollout::Trajectory*> part(trained.begin() + begin, trained.begin() + end);
+        std::vector<float> bonus(targets.final_bonus.begin() + begin, targets.final_bonus.begin() + end);
+        const PpoTargets ppo = ppo_targets(batch, out.hidden, *value_head_, part, bonus, ppo_options(config_.algo));
+        inputs.advantages = ppo.token_advantages;
+        value_loss = ppo.value_loss;
+        st.value_loss += ppo.value_loss.item<double>() * share;
+        st.value_mean += ppo.value_mean * share;
+        st.explained_variance += ppo.explained_variance * share;
+      } else {
+        inputs.advantages =
+            algo::broadcast_to_tokens(targets.advantages.narrow(0, begin, end - begin), batch.sequence_index);
+      }
+      inputs.loss_mask = token_mask;
+      inputs.sequence_index = batch.sequence_index;
+      inputs.num_sequences = end - begin;
+      if (config_.algo.entropy_coef > 0) inputs.entropy = algo::token_entropy_from_logits(out.logits);
+      if (reference_) {
+        torch::NoGradGuard no_grad;
+        inputs.logp_reference =
+            target_logprobs(reference_->forward(batch.inputs, batch.lengths, batch.forced_experts).logits, batch.targets);
+      }
+      const algo::LossResult result = algo::policy_loss(inputs, options);
+      torch::Tensor loss = result.loss * share;
+      if (value_loss.defined()) loss = loss + config_.algo.value_coef * share * value_loss;
+      if (out.aux_loss.defined()) loss = loss + out.aux_loss / static_cast<double>(chunks);
+      loss.backward();
+      st.loss += result.policy_loss * share;
+      st.importance_weight_mean += (result.importance_weight_mean - 1.0) * share;
+      st.behaviour_gap += result.behaviour_proximal_gap * share;
+      st.clip_fraction += (result.clip_fraction_low + result.clip_fraction_high) * share;
+      st.kl += result.kl * share;
+      st.entropy += result.entropy * share;
+    }
+  }
+  // Every learner joins the all-reduce, with or without data.
+  double all_tokens = local_tokens;
+  if (learners_ > 1) learner_comm_.allreduce_sum(&all_tokens, 1, comm::DataType::Float64, config_.cluster.message_timeout_s);
+  allreduce_gradients();
+  if (all_tokens > 0) {
+    if (config_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(policy_->parameters(), config_.optim.grad_clip);
+    if (value_head_ && config_.optim.grad_clip > 0)
+      torch::nn::utils::clip_grad_norm_(value_head_->parameters(), config_.optim.grad_clip);
+    auto& groups = optimizer_->param_groups();
+    for (size_t g = 0; g < groups.size(); ++g)  // group 1, when present, is the value head
+      static_cast<torch::optim::AdamWOptions&>(groups[g].options())
+          .lr(learning_rate(step_) * (g == 0 ? 1.0 : config_.algo.value_lr_scale));
+    optimizer_->step();
+    st.updated = true;
+  }
+  st.update_s = now_s() - started;
+  return st;
+}
+
+void Learner::record_staleness(const EpisodeBatch& batch, StepStats& st) const {
+  const torch::Tensor generated = batch.loss_mask > 0;
+  if (!generated.any().item<bool>()) return;
+  const torch::Tensor lag = (version_ - batch.versions.masked_select(generated)).to(torch::kFloat64);
+  // A running mean over the micro-batches' generated tokens.
+  const auto count = static_cast<double>(lag.numel());
+  st.staleness_mean = (st.staleness_mean * static_cast<double>(st.staleness_tokens) + lag.sum().item<double>()) /
+                      (static_cast<double>(st.staleness_tokens) + count);
+  st.staleness_tokens += lag.numel();
+  st.staleness_max = std::max(st.staleness_max, lag.max().item<std::int64_t>());
+  const torch::Tensor versions_behind = lag.to(torch::kInt64).contiguous();
+  const std::int64_t* behind = versions_behind.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < versions_behind.numel(); ++i)
+    telemetry::metrics().record("learner.staleness_versions", static_cast<double>(behind[i]));
+}
+
+void Learner::check_learners_agree() {
+  // Data parallelism is only correct while every learner holds the same
+  // weights; every learner puts the CRC of its parameter bytes in its own
+  // slot, one all-reduce gathers them, and a divergence is caught the step
+  // it happens.
+  if (learners_ == 1) return;
+  std::uint32_t crc = 0;
+  for (const auto& view : sync::module_weight_views(*policy_)) crc = storage::crc32c(view.data, view.bytes, crc);
+  if (value_head_)
+    for (const auto& view : sync::module_weight_views(*value_head_)) crc = storage::crc32c(view.data, view.bytes, crc);
+  std::vector<double> slots(static_cast<size_t>(learners_), 0.0);
+  slots[static_cast<size_t>(learner_comm_.rank())] = static_cast<double>(crc);
+  learner_comm_.allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);
+  for (int r = 1; r < learners_; ++r)
+    if (slots[static_cast<size_t>(r)] != slots[0])
+      throw Error("learners diverged after step " + std::to_string(step_) + ": learner " + std::to_string(r) +
+                  " holds other weights than learner 0 (weights CRC " +
+                  std::to_string(static_cast<std::uint32_t>(slots[static_cast<size_t>(r)])) + " vs " +
+                  std::to_string(static_cast<std::uint32_t>(slots[0])) + ")");
+  telemetry::metrics().set("learner.weights_crc", slots[0]);
+}
+
+}  // namespace moerl::learner
