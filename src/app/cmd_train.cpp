@@ -68,6 +68,16 @@ int restart_number() {
   return restarts ? std::max(0, std::atoi(restarts)) : 0;
 }
 
+// [faults] plan entries for this attempt: a restart resumes past the faults
+// of the first one, except those written "on every attempt".
+std::vector<config::FaultAction> faults_of_this_attempt(const config::Config& config, int restart) {
+  std::vector<config::FaultAction> plan = config::parse_fault_plan(config.faults.plan);
+  if (restart > 0)
+    plan.erase(std::remove_if(plan.begin(), plan.end(), [](const config::FaultAction& a) { return !a.every_attempt; }),
+               plan.end());
+  return plan;
+}
+
 runtime::Heartbeat identity(const runtime::World& world) {
   runtime::Heartbeat h;
   h.rank = world.rank();
@@ -104,10 +114,17 @@ std::string describe_missing(const runtime::World& world, const runtime::Heartbe
          ": " + missing + "; killed as frozen or lost";
 }
 
+// Kills the lost ranks learner 0 knows of that run on this host (a frozen
+// one would hold MPI_Finalize or mpirun).
+void fence_lost_ranks(const runtime::World& world) {
+  for (const runtime::RankLost& lost : runtime::lost_ranks().all()) runtime::fence(lost, world.hostname());
+}
+
 // The end of the job (every_rank_arrives). Ranks that did not arrive are
-// frozen or lost and have been fenced: under a fault-tolerant MPI the others
-// finalize without them and learner 0's status is the job's; without one, a
-// killed rank ends the job anyway, so learner 0 aborts it with its status.
+// frozen or lost and have been fenced. Under a fault-tolerant MPI the others
+// finalize without them once MPI has seen them die, and learner 0's status is
+// the job's. Without one, MPI_Finalize would wait for them for ever (and a
+// killed rank ends the job anyway): learner 0 ends the job with its status.
 int finish_job(const runtime::World& world, runtime::Mailbox& mailbox, runtime::HeartbeatThread& heartbeat,
                double shutdown_timeout_s, int status) {
   heartbeat.stop_watching();
@@ -115,20 +132,26 @@ int finish_job(const runtime::World& world, runtime::Mailbox& mailbox, runtime::
   const double shutdown_s = shutdown_timeout_s * (world.is_coordinator() ? 1 : 2);
   const runtime::EndOfJobResult end = runtime::every_rank_arrives(
       mailbox, shutdown_s, world.hostname(), [&heartbeat](int rank) { return whereabouts(heartbeat, rank); });
+  const int failed_status = status == 0 ? runtime::kFatalErrorExitStatus : status;
   if (!world.is_coordinator() && !end.complete)
-    runtime::abort_job(world.role_label(), "learner 0 did not answer at the end of the job within " + within(shutdown_s),
-                       status == 0 ? runtime::kFatalErrorExitStatus : status);
-  if (world.is_coordinator() && !end.missing.empty()) {
-    if (!runtime::fault_tolerant_mpi())
-      runtime::abort_job(world.role_label(), describe_missing(world, heartbeat, end.missing, shutdown_s),
-                         status == 0 ? runtime::kFatalErrorExitStatus : status);
+    runtime::abort_job(world.role_label(),
+                       "learner 0 did not answer at the end of the job within " + within(shutdown_s), failed_status);
+  if (world.is_coordinator() && !end.missing.empty())
     spdlog::error("learner 0: {}", describe_missing(world, heartbeat, end.missing, shutdown_s));
-  }
-  // MPI_Finalize hangs unless MPI has seen every fenced rank die (fault_tolerance.h).
   std::set<int> gone = runtime::lost_ranks().ranks();
   gone.insert(end.missing.begin(), end.missing.end());
-  const std::vector<int> fenced(gone.begin(), gone.end());
-  if (!runtime::wait_until_known_failed(world.world_comm(), fenced, shutdown_timeout_s)) {
+  if (gone.empty()) return status;
+  if (!runtime::fault_tolerant_mpi()) {
+    if (!world.is_coordinator()) return status;  // learner 0 ends the job
+    fence_lost_ranks(world);
+    spdlog::error("learner 0: ending the job with status {}: this MPI cannot finalize without the lost rank(s)",
+                  failed_status);
+    runtime::flush_logs();
+    runtime::end_this_rank(failed_status);
+  }
+  // MPI_Finalize hangs unless MPI has seen every fenced rank die (fault_tolerance.h).
+  if (!runtime::wait_until_known_failed(world.world_comm(), std::vector<int>(gone.begin(), gone.end()),
+                                        shutdown_timeout_s)) {
     spdlog::error("{}: MPI did not see the lost rank(s) die within {}; ending without MPI_Finalize",
                   world.role_label(), within(shutdown_timeout_s));
     runtime::flush_logs();
@@ -155,7 +178,7 @@ int run_roles(const config::Config& config, const TrainOptions& options) {
   runtime::HeartbeatThread heartbeat(mailbox, world.layout(), identity(world),
                                      {config.cluster.heartbeat_interval_s, config.cluster.heartbeat_timeout_s, mode,
                                       options.dry_run ? std::vector<config::FaultAction>{}
-                                                      : config::parse_fault_plan(config.faults.plan)});
+                                                      : faults_of_this_attempt(config, restart)});
 
   if (!options.dry_run) {
     runtime::StopCoordinator stop(mailbox);
@@ -182,6 +205,10 @@ int run_train(const TrainOptions& options) {
   try {
     role_label = runtime::role_name(runtime::RankLayout(config->cluster).assignment(mpi.world_rank()).role);
     return run_roles(*config, options);
+  } catch (const runtime::PeerLostError& error) {
+    // A peer MPI reports dead that no failover covers (learner 0 above all):
+    // a lost rank, which the launcher restarts from the last checkpoint.
+    runtime::abort_job(role_label, error.what(), runtime::kLostRankExitStatus);
   } catch (const std::exception& error) {
     runtime::abort_job(role_label, error.what());
   }

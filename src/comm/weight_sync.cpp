@@ -328,12 +328,13 @@ void WeightReceiver::start_buckets() {
 // the first failure refuses the version (the rest is received, not checked).
 void WeightReceiver::verify_landed_buckets() {
   const size_t buckets = checksums_.size();
+  // [faults] plan "kill actor N while receiving": dead with a publication in flight
+  // (its header taken, its buckets posted, not all of them landed).
+  if (verified_buckets_ < buckets && runtime::fault_hooks().kill_while_receiving) ::raise(SIGKILL);
   while (verified_buckets_ < buckets) {
     const size_t b = verified_buckets_;
     if (!bucket_requests_[2 * b]->test() || !bucket_requests_[2 * b + 1]->test()) return;
     ++verified_buckets_;
-    // [faults] plan "kill actor N while receiving": dead with a publication half landed.
-    if (verified_buckets_ < buckets && runtime::fault_hooks().kill_while_receiving) ::raise(SIGKILL);
     if (!refusal_.empty()) continue;
     const size_t begin = b * options_.bucket_bytes;
     const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);

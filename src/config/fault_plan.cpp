@@ -12,7 +12,7 @@ namespace {
   throw Error("[faults] plan entry \"" + text + "\": " + why +
               " (forms: \"kill|freeze|exit ROLE INDEX at step N\", \"... at S s\", \"slow ROLE INDEX by MS ms at "
               "step N\", \"kill actor INDEX while receiving\", \"corrupt bucket at step N\", \"corrupt message ROLE "
-              "INDEX at step N\")");
+              "INDEX at step N\"; any of them may end with \"on every attempt\")");
 }
 
 std::string parse_role(const std::string& text, const std::string& word) {
@@ -56,6 +56,11 @@ FaultAction parse_fault(const std::string& text) {
   if (words.empty()) bad(text, "empty");
   FaultAction action;
   action.text = text;
+  if (words.size() > 3 && words[words.size() - 3] == "on" && words[words.size() - 2] == "every" &&
+      words.back() == "attempt") {
+    action.every_attempt = true;
+    words.resize(words.size() - 3);
+  }
   const std::string& verb = words[0];
   if (verb == "corrupt") {
     if (words.size() >= 2 && words[1] == "bucket") {

@@ -154,6 +154,11 @@ void Coordinator::fail(const std::string& reason, int status) {
   own_inbox_.notify();   // a training thread waiting for episodes looks up
 }
 
+bool Coordinator::failing() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_.has_value();
+}
+
 std::optional<JobFailure> Coordinator::take_failure() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!failure_ || failure_taken_) return std::nullopt;
@@ -178,6 +183,15 @@ void Coordinator::resume(std::uint64_t next_group, std::uint64_t next_seed, std:
                    error.what());
     }
   }
+  note_restart(step, restarts, restart_cause);
+}
+
+void Coordinator::record_restart(std::int64_t step, int restarts, const std::string& restart_cause) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  note_restart(step, restarts, restart_cause);
+}
+
+void Coordinator::note_restart(std::int64_t step, int restarts, const std::string& restart_cause) {
   // Steps logged past the checkpoint were done by the attempt that failed: they run again.
   const std::string metrics_path = config_.run_directory() + "/" + config_.telemetry.metrics_file;
   const std::int64_t dropped = telemetry::keep_lines_through_step(metrics_path, step);

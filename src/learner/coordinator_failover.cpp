@@ -53,12 +53,12 @@ std::string Coordinator::failover_impossible(const runtime::LostRank& lost) cons
     case runtime::Role::EnvWorker:
       return living(layout, runtime::Role::EnvWorker) == 0 ? "no env worker is left" : "";
     case runtime::Role::Actor:
-    case runtime::Role::StandbyActor: {
-      // Living actors, plus standbys still waiting to be promoted.
-      const int standbys_left = std::max(0, living(layout, runtime::Role::StandbyActor) - actors_lost(layout) +
-                                                (lost.role == runtime::Role::Actor ? 1 : 0));
-      return living(layout, runtime::Role::Actor) + standbys_left == 0 ? "no actor is left" : "";
-    }
+    case runtime::Role::StandbyActor:
+      // A living standby is either promoted already (working as an actor) or
+      // promoted by this loss: either way it generates.
+      return living(layout, runtime::Role::Actor) + living(layout, runtime::Role::StandbyActor) == 0
+                 ? "no actor is left"
+                 : "";
   }
   return "";
 }
@@ -80,7 +80,10 @@ void Coordinator::on_rank_lost(const runtime::LostRank& lost) {
   const double now = runtime::monotonic_seconds();
   runtime::RankLost notice{lost.rank, runtime::role_name(lost.role), lost.role_index, lost.host, lost.pid, lost.why};
   runtime::lost_ranks().add(notice);
-  runtime::fence(notice, world_.hostname());
+  // Without a fault-tolerant MPI a killed rank takes the whole job down at
+  // once, before the clean stop below saved its checkpoint: the end of the
+  // job fences then (cmd_train.cpp).
+  if (runtime::fault_tolerant_mpi()) runtime::fence(notice, world_.hostname());
   tell_living_ranks(notice);
   for (Recovery& recovery : recoveries_) recovery.actors.erase(lost.rank);  // no report comes from it now
 

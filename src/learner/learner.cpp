@@ -106,6 +106,7 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
       }
     } else if (world.is_coordinator()) {
       spdlog::info("--resume auto: no checkpoint in {}; starting fresh", checkpoint_directory(config));
+      if (coordinator_) coordinator_->record_restart(0, launcher_restarts(), restart_cause());
     }
   }
 }
@@ -257,17 +258,32 @@ void Learner::recover_sync_group() {
   coordinator_->sync_group_rebuilt();
 }
 
+bool Learner::wait_for_publication() {
+  while (publisher_->in_flight() && !publisher_->progress()) {
+    // A job that stops does not wait for an actor that stopped receiving:
+    // without fault tolerance, a lost actor's publication never completes.
+    if (coordinator_->failing()) {
+      publisher_->abandon(1.0);
+      publisher_.reset();
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
 void Learner::publish_weights() {
   if (!publisher_) return;
   const double started = now_s();
   with_sync_recovery([&] {
     // The previous publication first (the coordinator thread keeps serving meanwhile).
-    while (publisher_->in_flight() && !publisher_->progress()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (!wait_for_publication()) return;
     if (published_version_ == version_) return;  // a recovery republished it already
     if (runtime::fault_hooks().corrupt_next_publication.exchange(false)) publisher_->corrupt_next_publication(0);
     publisher_->publish(version_);
     published_version_ = version_;
   });
+  if (!publisher_) return;  // abandoned: the job stops
   last_sync_s_ = now_s() - started;
   telemetry::metrics().record("sync.publish_s", last_sync_s_);
   telemetry::metrics().add("sync.bytes", static_cast<double>(publisher_->last().bytes));
@@ -474,10 +490,10 @@ void Learner::run(runtime::StopCoordinator& stop) {
   // The actors finish what they started after `finished`; learner 0 is the
   // last to let go of the world, so it waits for its episodes last.
   if (completed) drain_episodes(to_drain, stop);
-  with_sync_recovery([&] {
-    while (publisher_->in_flight() && !publisher_->progress()) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    publisher_->close();
-  });
+  if (publisher_)
+    with_sync_recovery([&] {
+      if (wait_for_publication()) publisher_->close();
+    });
   coordinator_->stop();
   const double wall = now_s() - started;
   if (stop.should_stop()) return;

@@ -125,7 +125,7 @@ void HeartbeatThread::tick(double now) {
 
 void HeartbeatThread::tick_member(double now) {
   while (auto notice = mailbox_.try_receive<RankLost>(RankLayout::kCoordinatorRank)) {
-    fence(notice->second, identity_.host);
+    if (fault_tolerant_mpi()) fence(notice->second, identity_.host);  // (see Coordinator::on_rank_lost)
     if (lost_ranks().add(notice->second))
       std::fprintf(stderr, "moerl: rank %d (%s %d) learned that rank %d (%s %d) was lost: %s\n", identity_.rank,
                    identity_.role.c_str(), identity_.role_index, notice->second.rank, notice->second.role.c_str(),

@@ -259,8 +259,14 @@ void abort_job(const std::string& role_label, const std::string& what, int statu
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "moerl: fatal error on rank %d (%s): %s\nmoerl: stopping the whole job\n",
-               rank, role_label.empty() ? "no role yet" : role_label.c_str(), what.c_str());
+  const char* role = role_label.empty() ? "no role yet" : role_label.c_str();
+  if (status == kLostRankExitStatus)
+    std::fprintf(stderr, "moerl: rank %d (%s) lost a rank the job cannot go on without: %s\n"
+                 "moerl: stopping the whole job (status %d: scripts/launch.sh restarts it)\n", rank, role, what.c_str(),
+                 status);
+  else
+    std::fprintf(stderr, "moerl: fatal error on rank %d (%s): %s\nmoerl: stopping the whole job\n", rank, role,
+                 what.c_str());
   std::fflush(stderr);
   if (initialized && !finalized && fault_tolerant_mpi()) tell_every_rank(rank, status, what);
   end_this_rank(status);

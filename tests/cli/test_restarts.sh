@@ -9,7 +9,8 @@
 #   - without fault tolerance (launch.sh --no-ft) a SIGKILLed actor ends the
 #     whole job, and the restart finishes it;
 #   - a fault that comes back on every attempt is a crash loop: launch.sh
-#     gives up after --crash-loop short attempts.
+#     gives up after --crash-loop short attempts;
+#   - a [faults] plan entry strikes the first attempt only.
 # Each finished job's summary.json counts the restart and every step.
 source "$(dirname "$0")/lib.sh" "$@"
 needs_ulfm
@@ -88,7 +89,7 @@ python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['restarts'
 # 4. A crash loop: learner 0 is killed 2 s into every attempt.
 "${RESTARTING[@]}" --max-restarts 5 --crash-loop 2 --min-uptime 120 -n 4 train --config "$CONFIG" "${TINY[@]}" \
   --set run.name=loop --set optim.total_steps=1000 --set cluster.heartbeat_timeout_s=5 \
-  --set 'faults.plan=["kill learner 0 at 2 s"]' --init "$TINY_BASE" >loop.txt 2>&1 &
+  --set 'faults.plan=["kill learner 0 at 2 s on every attempt"]' --init "$TINY_BASE" >loop.txt 2>&1 &
 job=$!
 wait_job "$job" 120 loop
 status=$?
@@ -96,4 +97,9 @@ status=$?
 expect_contains loop.txt "2 attempts in a row ended within 120 s" "loop: launch.sh names the crash loop"
 expect_count loop.txt "restart 1 of 5" 1 "loop: one restart"
 expect_count loop.txt "restart 2 of 5" 0 "loop: no second restart"
+
+# 5. A fault of the plan strikes the first attempt only: the restart goes past it.
+start plan_once -- --set 'faults.plan=["kill learner 0 at step 8"]'
+restarted_and_finished plan_once 4
+expect_count plan_once.txt "[faults] plan: kill learner 0 at step 8" 1 "plan_once: the fault fired once"
 finish

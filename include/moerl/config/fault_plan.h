@@ -13,6 +13,9 @@
 //
 // Roles: learner, actor, env_worker, standby_actor, with the index within the
 // role; steps are learner steps completed, seconds count from the rank's start.
+// A fault strikes the first attempt of a job only (a restart by
+// scripts/launch.sh resumes past it), unless the entry ends with
+// "on every attempt" (a fault that comes back: a crash loop).
 
 #include <string>
 #include <vector>
@@ -29,6 +32,7 @@ struct FaultAction {
   FaultTrigger trigger = FaultTrigger::TriggerStep;
   double when = 0;             // step or seconds
   double slow_ms = 0;          // FaultSlow
+  bool every_attempt = false;  // "... on every attempt": also after restarts
   std::string text;            // as written
 };
 

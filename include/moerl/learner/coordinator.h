@@ -66,6 +66,9 @@ class Coordinator {
   // A resumed run: the data cursor, the version new groups need, the books.
   void resume(std::uint64_t next_group, std::uint64_t next_seed, std::int64_t version, const std::string& books,
               std::int64_t step, int restarts, const std::string& restart_cause);
+  // Restart `restarts` of scripts/launch.sh, continuing from `step` (0: no
+  // checkpoint yet): the failures entry, and the metrics lines of steps that run again.
+  void record_restart(std::int64_t step, int restarts, const std::string& restart_cause);
   // What work requests get and heartbeats carry: the step done and the newest version.
   void set_progress(std::int64_t step, std::int64_t version);
   // While the training thread waits for episodes, the progress watch runs.
@@ -76,6 +79,8 @@ class Coordinator {
   void on_empty_round(std::int64_t consumed, std::int64_t dropped);
   void finish_actors();
   std::optional<JobFailure> take_failure();
+  // A failure stops the job (taken or not).
+  bool failing() const;
 
   // metrics.jsonl: one line after each step (every rank's latest snapshot).
   void write_metrics_line(std::int64_t step);
@@ -95,6 +100,7 @@ class Coordinator {
   void sync_group_rebuilt();
 
  private:
+  void note_restart(std::int64_t step, int restarts, const std::string& restart_cause);  // mutex_ held
   // A failover in progress: what it waits for before it counts as recovered.
   struct Recovery {
     int rank = -1;

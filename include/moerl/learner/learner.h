@@ -127,6 +127,8 @@ class Learner {
   // A failure the job cannot work around (from the coordinator or the receiver): stop cleanly.
   bool take_job_failure();
   void allreduce_gradients();
+  // Waits for the publication in flight; false (and no publisher any more) when the job stops meanwhile.
+  bool wait_for_publication();
   void publish_weights();
   // Learner 0, after the weight-sync group lost a member: the survivors'
   // group, a new publisher on it, the newest weights published again.
