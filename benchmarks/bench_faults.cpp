@@ -46,7 +46,6 @@ struct FaultCase {
   std::string name;
   std::string plan;                      // one [faults] plan entry ("" = the baseline)
   std::vector<std::string> launch_args;  // extra scripts/launch.sh options
-  std::vector<std::string> sets;         // extra --set overrides
 };
 
 struct FaultArgs {
@@ -93,17 +92,17 @@ FaultArgs parse_args(const std::vector<std::string>& args, bool quick) {
 std::vector<FaultCase> fault_cases(std::int64_t at_step) {
   const std::string at = " at step " + std::to_string(at_step);
   return {
-      {"none", "", {}, {}},
-      {"kill_actor", "kill actor 0" + at, {}, {}},
-      {"freeze_actor", "freeze actor 1" + at, {}, {}},
-      {"kill_actor_receiving", "kill actor 0 while receiving", {}, {}},
-      {"kill_env_worker", "kill env_worker 0" + at, {}, {}},
-      {"freeze_env_worker", "freeze env_worker 1" + at, {}, {}},
-      {"slow_actor", "slow actor 0 by 200 ms" + at, {}, {}},
-      {"corrupt_bucket", "corrupt bucket" + at, {}, {}},
-      {"corrupt_message", "corrupt message actor 0" + at, {}, {}},
-      {"kill_learner", "kill learner 0" + at, {}, {}},
-      {"kill_actor_no_ft", "kill actor 0" + at, {"--no-ft"}, {}},
+      {"none", "", {}},
+      {"kill_actor", "kill actor 0" + at, {}},
+      {"freeze_actor", "freeze actor 1" + at, {}},
+      {"kill_actor_receiving", "kill actor 0 while receiving", {}},
+      {"kill_env_worker", "kill env_worker 0" + at, {}},
+      {"freeze_env_worker", "freeze env_worker 1" + at, {}},
+      {"slow_actor", "slow actor 0 by 200 ms" + at, {}},
+      {"corrupt_bucket", "corrupt bucket" + at, {}},
+      {"corrupt_message", "corrupt message actor 0" + at, {}},
+      {"kill_learner", "kill learner 0" + at, {}},
+      {"kill_actor_no_ft", "kill actor 0" + at, {"--no-ft"}},
   };
 }
 
@@ -198,13 +197,14 @@ std::vector<std::string> job_argv(const FaultArgs& args, const FaultCase& fault,
   argv.insert(argv.end(), fault.launch_args.begin(), fault.launch_args.end());
   for (const char* a : {"-n", "5", "train", "--config"}) argv.emplace_back(a);
   argv.push_back(args.config_path);
-  std::vector<std::string> sets = {"run.output_dir=" + args.dir, "run.name=faults-" + fault.name,
-                                   "optim.total_steps=" + std::to_string(args.steps),
-                                   "cluster.learners=1", "cluster.actors=2", "cluster.env_workers=2",
-                                   "cluster.standby_actors=0", "checkpoint.every_steps=5",
-                                   "rollout.eval_episodes=4"};
-  sets.insert(sets.end(), args.overrides.begin(), args.overrides.end());
-  sets.insert(sets.end(), fault.sets.begin(), fault.sets.end());
+  // The user's overrides first: the bench's own (where runs go, the layout of -n 5) win.
+  std::vector<std::string> sets = args.overrides;
+  for (const std::string& s : {"run.output_dir=" + args.dir, "run.name=faults-" + fault.name,
+                               "optim.total_steps=" + std::to_string(args.steps), std::string("cluster.learners=1"),
+                               std::string("cluster.actors=2"), std::string("cluster.env_workers=2"),
+                               std::string("cluster.standby_actors=0"), std::string("checkpoint.every_steps=5"),
+                               std::string("rollout.eval_episodes=4")})
+    sets.push_back(s);
   if (!fault.plan.empty()) sets.push_back("faults.plan=[\"" + fault.plan + "\"]");
   for (const std::string& s : sets) {
     argv.push_back("--set");

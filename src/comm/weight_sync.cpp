@@ -279,8 +279,10 @@ void WeightReceiver::post_header() {
   header_request_ = comm_.broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root);
 }
 
-void WeightReceiver::refuse(std::string reason) {
-  if (refusal_.empty()) refusal_ = std::move(reason);
+void WeightReceiver::refuse(std::string reason, bool corrupt) {
+  if (!refusal_.empty()) return;
+  refusal_ = std::move(reason);
+  refusal_corrupt_ = corrupt;
 }
 
 void WeightReceiver::start_buckets() {
@@ -344,7 +346,8 @@ void WeightReceiver::verify_landed_buckets() {
     if (got != checksums_[b])
       refuse("weights version " + std::to_string(incoming_version_) + ": bucket " + std::to_string(b) + " of " +
              std::to_string(buckets) + " failed its checksum (bytes " + std::to_string(begin) + ".." +
-             std::to_string(begin + size) + "); version refused");
+             std::to_string(begin + size) + "); version refused",
+             true);
   }
 }
 
@@ -373,7 +376,10 @@ bool WeightReceiver::poll() {
   bucket_requests_.clear();
   incoming_version_ = -1;
   post_header();
-  if (!refusal_.empty()) throw SyncError(refusal_);
+  if (!refusal_.empty()) {
+    if (refusal_corrupt_) throw CorruptVersionError(refusal_);
+    throw SyncError(refusal_);
+  }
   ready_version_ = last_.version;
   last_.seconds = now_s() - started_;
   telemetry::metrics().record("sync.verify_s", last_.checksum_s);

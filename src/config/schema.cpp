@@ -580,7 +580,8 @@ SectionSpec faults_section() {
           "Faults of a real run, one per entry: \"kill|freeze|exit ROLE INDEX at step N\" (or \"at S s\"), "
           "\"slow ROLE INDEX by MS ms at step N\", \"kill actor INDEX while receiving\" (mid-publication), "
           "\"corrupt bucket at step N\", \"corrupt message ROLE INDEX at step N\"; ROLE: learner, actor, "
-          "env_worker, standby_actor (docs/reliability.md).");
+          "env_worker, standby_actor. An entry strikes the first attempt only (a restart resumes past it) "
+          "unless it ends with \"on every attempt\" (docs/reliability.md).");
   return spec;
 }
 

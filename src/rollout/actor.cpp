@@ -346,6 +346,19 @@ void Actor::finish(Episode& episode) {
   episodes_.erase(episode.id);
 }
 
+// A version damaged on its way (its checksum failed): keep generating with
+// the weights held and take the next publication. Versions that keep
+// arriving damaged are not a passing fault: the job stops.
+void Actor::refuse_corrupt_version(const sync::CorruptVersionError& error) {
+  constexpr int kCorruptVersionLimit = 3;
+  telemetry::metrics().add("sync.refused_versions");
+  if (++corrupt_versions_in_a_row_ >= kCorruptVersionLimit)
+    throw sync::SyncError(error.what() + std::string(" (") + std::to_string(corrupt_versions_in_a_row_) +
+                          " versions in a row failed their checksums)");
+  spdlog::warn("actor {}: {}; keeps generating with version {} until the next one", world_.role_index(), error.what(),
+               receiver_->current_version());
+}
+
 void Actor::apply_new_weights() {
   bool ready = false;
   try {
@@ -354,8 +367,12 @@ void Actor::apply_new_weights() {
     spdlog::warn("actor {}: the weight-sync group lost a member ({}); rebuilding it", world_.role_index(), failure.what());
     recover_sync_group();
     return;
+  } catch (const sync::CorruptVersionError& error) {
+    refuse_corrupt_version(error);
+    return;
   }
   if (!ready) return;
+  corrupt_versions_in_a_row_ = 0;
   const std::int64_t version = receiver_->apply();
   engine_.set_policy_version(version);
   if (load_) load_->weight_version = version;
@@ -410,6 +427,8 @@ void Actor::run(runtime::StopCoordinator& stop) {
       if (receiver_->ready_version() > receiver_->current_version()) receiver_->apply();
     } catch (const comm::PeerFailure&) {
       recover_sync_group();
+    } catch (const sync::CorruptVersionError& error) {
+      refuse_corrupt_version(error);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }

@@ -8,6 +8,7 @@
 #include "moerl/runtime/logging.h"
 #include "moerl/runtime/lost_ranks.h"
 #include "moerl/runtime/rank_layout.h"
+#include "moerl/telemetry/metrics.h"
 
 namespace moerl::runtime {
 
@@ -165,7 +166,10 @@ void HeartbeatThread::tick_coordinator(double now) {
     while (auto beat = mailbox_.try_receive<Heartbeat>()) health_->beat(beat->second, now);
     health_->published(version_.load(), now);
     lost = health_->check(now, failed_ranks(mailbox_.comm()));
-    for (const std::string& behind : health_->actors_behind(now)) std::fprintf(stderr, "moerl: %s\n", behind.c_str());
+    for (const std::string& behind : health_->actors_behind(now)) {
+      std::fprintf(stderr, "moerl: %s\n", behind.c_str());
+      telemetry::metrics().add("coordinator.actors_behind");
+    }
     lost_.insert(lost_.end(), lost.begin(), lost.end());
   }
   if (now < next_beat_) return;

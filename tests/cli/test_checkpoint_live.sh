@@ -69,8 +69,10 @@ expect_contains crash_before_index.txt "not using v000002: version v000002 is in
   --set checkpoint.every_steps=0 --set checkpoint.every_minutes=0.0001 --set checkpoint.keep_last=100000 >live.txt 2>&1 &
 launcher=$!
 L="$WORK/runs/live/checkpoints"
-for _ in $(seq 1 240); do grep -q "step 4/1000" live.txt && break; sleep 0.5; done
-[ "$(grep -c 'checkpoint version [0-9]* saved' live.txt)" -ge 2 ] || fail "every_minutes saves without every_steps"
+saves() { grep -c 'checkpoint version [0-9]* saved' live.txt; }
+# Two saves within 2 minutes (a loaded machine makes slow steps and slow saves).
+for _ in $(seq 1 240); do [ "$(saves)" -ge 2 ] && break; sleep 0.5; done
+[ "$(saves)" -ge 2 ] || { fail "every_minutes saves without every_steps"; tail -20 live.txt | sed 's/^/    | /'; }
 # Retention keeps every version here: on an idle machine this tiny run makes
 # dozens of steps per second. every_minutes may skip a step's save when steps
 # are faster than the interval, so roll back to the oldest saved version.

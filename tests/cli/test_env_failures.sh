@@ -54,12 +54,14 @@ print("builtin failures:", failures)
 PY
 
 # 2. Every misbehaviour class of an external environment, on every other
-# group's seed (training seeds count up from run.seed * 1000003).
+# group's seed (training seeds count up from run.seed * 1000003). Timeouts of
+# 5 s: with 2 s, a loaded machine's Python start-up alone timed out an
+# attempt before its fault fired (a timeout the fault log cannot see).
 LOG="$WORK/faults.log"
 CLASSES=crash,hang,not_json,debug_line,wrong_id,missing_field,nan_reward,inf_reward,refuse,slow_open
 train external 0 --set 'env.families=["external"]' --set env.breaker_failures=0 --set rollout.group_size=4 \
-  --set env.timeout_s=2 --set env.external.startup_timeout_s=3 --set optim.total_steps=10 \
-  --set "env.external.command=$FLAKY --faults $CLASSES --alternate --period 20 --seed-base 1000003 --slow-s 6 --log $LOG"
+  --set env.timeout_s=5 --set env.external.startup_timeout_s=5 --set optim.total_steps=10 \
+  --set "env.external.command=$FLAKY --faults $CLASSES --alternate --period 20 --seed-base 1000003 --slow-s 9 --log $LOG"
 expect_contains external.txt "step 10/10 v10 |" "external: every step"
 python3 - "$WORK/runs/external/summary.json" "$LOG" <<'PY' || { fail "external: failure accounting"; tail -n 20 external.txt | sed 's/^/    | /'; }
 import collections, json, sys

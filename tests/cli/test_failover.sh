@@ -8,6 +8,7 @@
 #     (the frozen process is killed), its episodes restarted;
 #   - a SIGKILLed env worker, with a second one left: its sessions go on there;
 #   - an actor killed by the fault plan while weights reach it;
+#   - a weight publication with a corrupt bucket: refused, the job goes on;
 #   - standby actors: a standby takes a killed actor's place, and with both
 #     actors killed the standby alone finishes the job.
 # With MOERL_TEST_NO_FT=1 (ctest cli.failover_no_ft) the same faults hit jobs
@@ -113,7 +114,19 @@ check_summary kill_receiving '
 assert (x["rank"], x["role"]) == (1, "actor"), x
 assert x["recovered_after_s"] >= 0, x'
 
-# 5. A standby actor takes the place of a killed actor; then the other actor
+# 5. A publication damaged on its way: the actors refuse it by its checksum,
+# keep their weights, take the next version; nothing restarts.
+start corrupt 4 --set 'faults.plan=["corrupt bucket at step 5"]'
+wait_job "$job" 240 corrupt
+expect_status 0 $? "corrupt: exit status"
+expect_contains corrupt.txt "failed its checksum" "corrupt: the refusal is logged"
+expect_contains corrupt.txt "keeps generating with version" "corrupt: the actor goes on"
+expect_contains corrupt.txt "step $STEPS/$STEPS " "corrupt: every step"
+grep -q "restart 1 of" corrupt.txt && fail "corrupt: a damaged version restarted the job"
+python3 -c "import json,sys; s=json.load(open(sys.argv[1])); assert s['restarts'] == 0 and s['failures'] == [], s" \
+  "$WORK/runs/corrupt/summary.json" || fail "corrupt: summary.json"
+
+# 6. A standby actor takes the place of a killed actor; then the other actor
 # dies too and the standby alone finishes the job.
 start standby 5 --set cluster.standby_actors=1
 hit standby 1 KILL 3

@@ -104,6 +104,7 @@ class Actor {
   void expect_env_reply(Episode& episode);
   void fail_overdue_sessions();
   void apply_new_weights();
+  void refuse_corrupt_version(const sync::CorruptVersionError& error);
   // Failover (actor_failover.cpp).
   void act_on_lost_ranks();
   int restore_sessions_of(int env_worker_rank);  // returns the sessions moved
@@ -132,6 +133,7 @@ class Actor {
   runtime::RankLoad* load_ = nullptr;
   bool standby_ = false;                          // a standby actor not (yet) promoted
   std::uint64_t lost_epoch_ = 0;                  // lost-rank notices acted on
+  int corrupt_versions_in_a_row_ = 0;              // weights versions refused by their checksums
   std::map<std::uint64_t, int> group_members_done_;  // group id -> members sent
   std::map<std::uint64_t, int> group_sizes_;         // group id -> members it has
   std::vector<std::uint64_t> delivered_groups_;   // reported with the next work request

@@ -84,6 +84,14 @@ class SyncError : public Error {
   using Error::Error;
 };
 
+// A version whose bytes failed their checksum (a transient fault: the
+// receiver keeps its weights and takes the next version). A layout mismatch
+// is a plain SyncError: no later version can fix it.
+class CorruptVersionError : public SyncError {
+ public:
+  using SyncError::SyncError;
+};
+
 // FNV-1a over names and sizes: both sides must hold the same layout.
 std::uint64_t layout_fingerprint(const std::vector<WeightView>& views);
 
@@ -136,7 +144,8 @@ class WeightReceiver {
   ~WeightReceiver();
 
   // Drives any publication in progress; true when a verified version is
-  // ready to apply. Throws SyncError on a checksum or layout mismatch and
+  // ready to apply. Throws CorruptVersionError on a checksum mismatch (the
+  // next version is received as usual), SyncError on a layout mismatch and
   // CommTimeout when a started publication does not finish in time.
   bool poll();
   std::int64_t ready_version() const { return ready_version_; }
@@ -156,7 +165,7 @@ class WeightReceiver {
   void post_header();
   void start_buckets();
   void verify_landed_buckets();
-  void refuse(std::string reason);
+  void refuse(std::string reason, bool corrupt = false);
 
   comm::Communicator& comm_;
   std::vector<WeightView> views_;
@@ -167,6 +176,7 @@ class WeightReceiver {
   std::vector<std::uint8_t> staging_;
   std::vector<std::uint8_t> discard_;  // landing place of a refused version
   std::string refusal_;
+  bool refusal_corrupt_ = false;  // the refusal is a checksum failure
   std::vector<std::uint32_t> checksums_;
   std::unique_ptr<comm::CommRequest> header_request_;
   // Two per bucket, in order: its bytes, then its checksum.

@@ -1,0 +1,27 @@
+# `moerl bench faults` on a tiny model, two cases: the run without faults and
+# "kill actor 0": both finish every step, the kill is detected and recovered
+# in place with no step lost, and the report (JSON) carries the table's
+# columns and the reward ratio's baseline.
+source "$(dirname "$0")/lib.sh" "$@"
+needs_ulfm
+pretrain_tiny
+timeout 240 env MOERL_BIN="$MOERL" "$MOERL" bench faults --quick --only kill_actor --dir "$WORK/bench" \
+  --init "$TINY_BASE" "${TINY[@]}" --out faults.json >bench.txt 2>&1
+expect_status 0 $? "bench faults"
+expect_contains bench.txt "kill_actor" "the table names the case"
+python3 - faults.json <<'PY' || { fail "bench faults report"; sed 's/^/    | /' bench.txt; }
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["bench"] == "faults", r["bench"]
+cases = {c["name"]: c for c in r["cases"]}
+assert set(cases) == {"none", "kill_actor"}, set(cases)
+none, kill = cases["none"]["metrics"], cases["kill_actor"]["metrics"]
+for m in (none, kill):
+    assert m["steps_completed"] == 16 and m["restarts"] == 0 and m["steps_lost"] == 0, m
+assert none["detected_after_s"] == -1 and none["episodes_restarted"] == 0, none
+assert 0 <= kill["detected_after_s"] < 5 and 0 <= kill["recovered_after_s"] < 10, kill
+assert kill["episodes_restarted"] > 0 and kill["sessions_lost"] == 0, kill
+assert cases["kill_actor"]["baseline"]["wall_s"] == none["wall_s"], cases["kill_actor"]
+assert cases["kill_actor"]["params"]["plan"] == "kill actor 0 at step 4", cases["kill_actor"]["params"]
+PY
+finish
