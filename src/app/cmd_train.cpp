@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <cmath>
 #include <iostream>
 #include <optional>
@@ -62,12 +61,6 @@ std::optional<config::Config> load_agreed_config(const TrainOptions& options, in
   return std::nullopt;
 }
 
-// Which attempt of the job this is (scripts/launch.sh counts restarts in MOERL_RESTARTS).
-int restart_number() {
-  const char* restarts = std::getenv("MOERL_RESTARTS");
-  return restarts ? std::max(0, std::atoi(restarts)) : 0;
-}
-
 // [faults] plan entries for this attempt: a restart resumes past the faults
 // of the first one, except those written "on every attempt".
 std::vector<config::FaultAction> faults_of_this_attempt(const config::Config& config, int restart) {
@@ -95,6 +88,7 @@ std::optional<runtime::EndOfJob::Fence> whereabouts(const runtime::HeartbeatThre
   return runtime::EndOfJob::Fence{rank, last->host, last->pid};
 }
 
+// "10 s ([cluster] shutdown_timeout_s)": how long the end of the job waited.
 std::string within(double seconds) {
   return std::to_string(static_cast<int>(std::ceil(seconds))) + " s ([cluster] shutdown_timeout_s)";
 }
@@ -171,7 +165,7 @@ int run_roles(const config::Config& config, const TrainOptions& options) {
   set_compute_threads(config.run.deterministic ? 1 : world.compute_threads());
   runtime::Mailbox mailbox(world.message_comm(), config.cluster.message_timeout_s);
   if (world.is_coordinator()) spdlog::info("MPI: {}", runtime::mpi_description());
-  const int restart = restart_number();
+  const int restart = runtime::launcher_restarts();
   if (!options.dry_run) runtime::write_rank_record(config.run_directory(), world, restart);
   using Mode = runtime::HeartbeatThread::Mode;
   const Mode mode = options.dry_run ? Mode::ModeQuiet : world.is_coordinator() ? Mode::ModeCoordinator : Mode::ModeMember;

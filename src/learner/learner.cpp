@@ -13,6 +13,7 @@
 
 #include "moerl/learner/checkpointing.h"
 #include "moerl/runtime/fault_plan.h"
+#include "moerl/runtime/job_control.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics.h"
 
@@ -20,17 +21,6 @@ namespace moerl::learner {
 namespace {
 
 double now_s() { return runtime::monotonic_seconds(); }
-
-// How often scripts/launch.sh restarted this job, and why the last time.
-int launcher_restarts() {
-  const char* restarts = std::getenv("MOERL_RESTARTS");
-  return restarts ? std::max(0, std::atoi(restarts)) : 0;
-}
-
-std::string restart_cause() {
-  const char* cause = std::getenv("MOERL_RESTART_CAUSE");
-  return cause ? cause : "";
-}
 
 std::string format_duration(double seconds) {
   std::ostringstream out;
@@ -100,13 +90,15 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
       }
       if (coordinator_) {
         coordinator_->resume(static_cast<std::uint64_t>(state->next_group), static_cast<std::uint64_t>(state->next_seed),
-                             version_, state->coordinator_books, step_, launcher_restarts(), restart_cause());
+                             version_, state->coordinator_books, step_, runtime::launcher_restarts(),
+                             runtime::launcher_restart_cause());
         checkpoints_->accept_latest();
         telemetry::metrics().add("learner.dropped_groups", static_cast<double>(staleness_.dropped_groups));
       }
     } else if (world.is_coordinator()) {
       spdlog::info("--resume auto: no checkpoint in {}; starting fresh", checkpoint_directory(config));
-      if (coordinator_) coordinator_->record_restart(0, launcher_restarts(), restart_cause());
+      if (coordinator_)
+        coordinator_->record_restart(0, runtime::launcher_restarts(), runtime::launcher_restart_cause());
     }
   }
 }
@@ -499,7 +491,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
   if (stop.should_stop()) return;
   std::printf("\n%s", coordinator_->evaluation_table().c_str());
   const std::string summary_path = config_.run_directory() + "/summary.json";
-  std::ofstream(summary_path) << coordinator_->summary_json(step_, wall, launcher_restarts()) << "\n";
+  std::ofstream(summary_path) << coordinator_->summary_json(step_, wall, runtime::launcher_restarts()) << "\n";
   std::printf("steps %lld, wall %.0f s; summary: %s\n", static_cast<long long>(step_), wall, summary_path.c_str());
   std::fflush(stdout);
 }

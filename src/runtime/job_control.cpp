@@ -2,8 +2,6 @@
 
 #include <mpi.h>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <csignal>
@@ -11,6 +9,7 @@
 #include <vector>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "moerl/runtime/fault_tolerance.h"
@@ -75,11 +74,6 @@ extern "C" void on_stop_signal(int signal_number) {
 
 namespace {
 
-void fence_on_this_host(const EndOfJob::Fence& fence, const std::string& this_host) {
-  if (fence.pid <= 0 || fence.host != this_host || fence.pid == static_cast<std::int64_t>(getpid())) return;
-  ::kill(static_cast<pid_t>(fence.pid), SIGKILL);
-}
-
 EndOfJobResult member_arrives(Mailbox& mailbox, double deadline, const std::string& this_host) {
   try {
     mailbox.send(RankLayout::kCoordinatorRank, EndOfJob{});
@@ -90,7 +84,7 @@ EndOfJobResult member_arrives(Mailbox& mailbox, double deadline, const std::stri
     if (auto answer = mailbox.try_receive<EndOfJob>(RankLayout::kCoordinatorRank)) {
       EndOfJobResult result;
       for (const EndOfJob::Fence& fence : answer->second.fence) {
-        fence_on_this_host(fence, this_host);
+        runtime::fence(fence.host, fence.pid, this_host);
         result.missing.push_back(fence.rank);
       }
       return result;
@@ -123,11 +117,11 @@ EndOfJobResult every_rank_arrives(Mailbox& mailbox, double timeout_s, const std:
     result.missing.push_back(rank);
     if (!whereabouts) continue;
     if (const std::optional<EndOfJob::Fence> fence = whereabouts(rank)) {
-      fence_on_this_host(*fence, this_host);
+      runtime::fence(fence->host, fence->pid, this_host);
       answer.fence.push_back(*fence);
     }
   }
-  result.complete = result.missing.empty();  // (a member whose answer names ranks is complete: it arrived)
+  result.complete = result.missing.empty();
   for (int rank : arrived) {
     if (!waiting.count(rank)) continue;
     try {
@@ -137,6 +131,16 @@ EndOfJobResult every_rank_arrives(Mailbox& mailbox, double timeout_s, const std:
     }
   }
   return result;
+}
+
+int launcher_restarts() {
+  const char* restarts = std::getenv("MOERL_RESTARTS");
+  return restarts ? std::max(0, std::atoi(restarts)) : 0;
+}
+
+std::string launcher_restart_cause() {
+  const char* cause = std::getenv("MOERL_RESTART_CAUSE");
+  return cause ? cause : "";
 }
 
 void add_abort_cleanup(void (*cleanup)()) {

@@ -47,9 +47,11 @@ LostRanks& lost_ranks() {
   return registry;
 }
 
-void fence(const RankLost& lost, const std::string& this_host) {
-  if (lost.pid <= 0 || lost.host != this_host || lost.pid == static_cast<std::int64_t>(getpid())) return;
-  ::kill(static_cast<pid_t>(lost.pid), SIGKILL);
+void fence(const std::string& host, std::int64_t pid, const std::string& this_host) {
+  if (pid <= 0 || host != this_host || pid == static_cast<std::int64_t>(getpid())) return;
+  ::kill(static_cast<pid_t>(pid), SIGKILL);
 }
+
+void fence(const RankLost& lost, const std::string& this_host) { fence(lost.host, lost.pid, this_host); }
 
 }  // namespace moerl::runtime

@@ -49,6 +49,13 @@ wait_for_line() {  # wait_for_line FILE TEXT SECONDS: true once FILE holds TEXT
   while [ "$(date +%s)" -lt "$deadline" ]; do grep -qaF -- "$2" "$1" 2>/dev/null && return 0; sleep 0.2; done
   return 1
 }
+hit() {  # hit NAME RANK SIGNAL AT_STEP: once job NAME printed step AT_STEP of $STEPS, sends SIGNAL to that rank (pid: $hit_pid)
+  hit_pid=""
+  wait_for_line "$1.txt" "step $4/$STEPS " 120 || { fail "$1: step $4 never came"; return 1; }
+  hit_pid=$(rank_pid "$1" "$2")
+  [ -n "$hit_pid" ] || { fail "$1: no record of rank $2"; return 1; }
+  kill -"$3" "$hit_pid"
+}
 wait_job() {  # wait_job PID SECONDS WHAT: waits for a background job; kills it (and fails) past the deadline
   if ! timeout "$2" tail --pid="$1" -f /dev/null; then
     fail "$3: still running after $2 s"

@@ -13,20 +13,13 @@
 #     naming that rank; a SIGKILLed env worker leaves no environment process.
 source "$(dirname "$0")/lib.sh" "$@"
 FLAKY="python3 $SOURCE_DIR/tests/fixtures/flaky_env.py"
-SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
-       --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
-       --set rollout.max_tokens_per_episode=256 --set rollout.eval_episodes=2 --set algo.groups_per_step=2
-       --set pretrain.episodes=40 --set pretrain.steps=5 --set pretrain.batch_episodes=4 --set cluster.message_timeout_s=30
-       --set telemetry.metrics_interval_s=0.2)
-timeout 120 "$MOERL" pretrain --config "$CONFIG" "${SMALL[@]}" >pretrain.txt 2>&1
-expect_status 0 $? "pretrain"
-BASE="$WORK/runs/quickstart/base.pt"
+pretrain_tiny
 
 train() {  # train NAME STATUS [extra args...]: runs 4 steps, expects STATUS
   local name=$1 want=$2
   shift 2
-  timeout 240 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
-    --set optim.total_steps=4 --init "$BASE" "$@" >"$name.txt" 2>&1
+  timeout 240 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set run.name="$name" \
+    --set optim.total_steps=4 --init "$TINY_BASE" "$@" >"$name.txt" 2>&1
   expect_status "$want" $? "train $name"
 }
 no_env_processes() {  # no_env_processes WHAT: nothing of flaky_env.py is left running
@@ -109,8 +102,8 @@ grep -q "fatal error" only.txt && fail "only: a clean stop, not a fatal error"
 no_env_processes "only"
 
 # 4. A frozen env worker: the learner names it within message_timeout_s and the job stops cleanly.
-"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name=frozen --set optim.total_steps=1000 \
-  --set cluster.message_timeout_s=6 --set telemetry.per_rank_log_files=true --init "$BASE" >frozen.txt 2>&1 &
+"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set run.name=frozen --set optim.total_steps=1000 \
+  --set cluster.message_timeout_s=6 --set telemetry.per_rank_log_files=true --init "$TINY_BASE" >frozen.txt 2>&1 &
 launcher=$!
 for _ in $(seq 1 240); do grep -q "step 2/1000" frozen.txt && break; sleep 0.25; done
 ENV_RANK=3
@@ -133,8 +126,8 @@ else
 fi
 
 # 5. A SIGKILLed env worker with a hung environment leaves no process behind.
-"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name=killed --set 'env.families=["external"]' \
-  --set env.timeout_s=600 --set "env.external.command=$FLAKY --faults hang --at-turn 1" --init "$BASE" >killed.txt 2>&1 &
+"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set run.name=killed --set 'env.families=["external"]' \
+  --set env.timeout_s=600 --set "env.external.command=$FLAKY --faults hang --at-turn 1" --init "$TINY_BASE" >killed.txt 2>&1 &
 launcher=$!
 for _ in $(seq 1 240); do pgrep -f "tests/fixtures/flaky_env.py" >/dev/null && break; sleep 0.25; done
 sleep 1

@@ -28,13 +28,6 @@ start() {  # start NAME [launch.sh options...] -- [train options...]: a STEPS-st
     --init "$TINY_BASE" "$@" >"$name.txt" 2>&1 &
   job=$!
 }
-hit() {  # hit NAME RANK SIGNAL AT_STEP: sends SIGNAL to that rank (pid: $hit_pid) once the job printed step AT_STEP
-  hit_pid=""
-  wait_for_line "$1.txt" "step $4/$STEPS " 120 || { fail "$1: step $4 never came"; return 1; }
-  hit_pid=$(rank_pid "$1" "$2")
-  [ -n "$hit_pid" ] || { fail "$1: no record of rank $2"; return 1; }
-  kill -"$3" "$hit_pid"
-}
 restarted_and_finished() {  # restarted_and_finished NAME WANT_FIRST_STATUS
   wait_job "$job" 240 "$1"
   local status=$?

@@ -2,18 +2,11 @@
 # a tiny model for a few steps. Every step is reported, weights versions reach
 # the actors, the before/after evaluation is written, and every rank exits 0.
 source "$(dirname "$0")/lib.sh" "$@"
-CONFIG="$SOURCE_DIR/configs/quickstart.toml"
-SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
-       --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
-       --set rollout.max_tokens_per_episode=256 --set rollout.eval_episodes=2 --set algo.groups_per_step=2
-       --set pretrain.episodes=40 --set pretrain.steps=5 --set pretrain.batch_episodes=4 --set cluster.message_timeout_s=30
-       --set telemetry.metrics_interval_s=0.2)
-
-timeout 300 "$MOERL" pretrain --config "$CONFIG" "${SMALL[@]}" >pretrain.txt 2>&1
+timeout 300 "$MOERL" pretrain --config "$CONFIG" "${TINY[@]}" >pretrain.txt 2>&1
 expect_status 0 $? "pretrain"
 expect_contains pretrain.txt "saved $WORK/runs/quickstart/base.pt" "pretrain saves the base"
 
-timeout 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=4 \
+timeout 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set optim.total_steps=4 \
   --init "$WORK/runs/quickstart/base.pt" >train.txt 2>&1
 expect_status 0 $? "train"
 for step in 1 2 3 4; do expect_contains train.txt "step $step/4 v$step |" "progress line of step $step"; done
@@ -40,14 +33,14 @@ PY
 
 # Checkpoints: the 4-step run saved versions 2 and 4 (every_steps is set
 # below on a run of its own); resuming continues the version count.
-timeout 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=4 \
+timeout 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set optim.total_steps=4 \
   --set checkpoint.every_steps=2 --set run.name=ckpt --init "$WORK/runs/quickstart/base.pt" >ckpt.txt 2>&1
 expect_status 0 $? "train with checkpoints"
 "$MOERL" checkpoint list "$WORK/runs/ckpt/checkpoints" >list.txt 2>&1
 expect_status 0 $? "checkpoint list"
 expect_contains list.txt "v000002" "version 2 saved"
 expect_contains list.txt "v000004" "version 4 saved"
-timeout 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=6 \
+timeout 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set optim.total_steps=6 \
   --set checkpoint.every_steps=2 --set run.name=ckpt --init "$WORK/runs/quickstart/base.pt" --resume auto >resume.txt 2>&1
 expect_status 0 $? "resume"
 expect_contains resume.txt "step 5/6 v5 |" "resumed run continues at step 5"
@@ -55,7 +48,7 @@ expect_contains resume.txt "step 6/6 v6 |" "resumed run reaches step 6"
 grep -q "step 1/6" resume.txt && fail "resumed run restarted from step 1"
 
 # A stop signal mid-run: every rank stops cleanly and learner 0 saves first.
-"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=1000 \
+"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set optim.total_steps=1000 \
   --set checkpoint.every_steps=0 --set run.name=stopped --init "$WORK/runs/quickstart/base.pt" >stopped.txt 2>&1 &
 launcher=$!
 for _ in $(seq 1 120); do grep -q "step 2/1000" stopped.txt && break; sleep 0.5; done
@@ -68,7 +61,7 @@ expect_contains list2.txt "valid" "a checkpoint written at the stop"
 # Two data-parallel learners (they check after every step that their weights
 # agree; a divergence would stop the job) and asynchronous staleness 0: stale
 # groups are dropped and counted.
-timeout 300 "${LAUNCH[@]}" -n 5 train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=3 \
+timeout 300 "${LAUNCH[@]}" -n 5 train --config "$CONFIG" "${TINY[@]}" --set optim.total_steps=3 \
   --set cluster.learners=2 --set sync.max_staleness=0 --set algo.groups_per_step=2 --set run.name=two \
   --init "$WORK/runs/quickstart/base.pt" >train2.txt 2>&1
 expect_status 0 $? "train with 2 learners"
@@ -78,7 +71,7 @@ grep -q "dropped [0-9]* stale groups" train2.txt || echo "note: no group was sta
 # The optional loss terms and micro-batching run together: KL to the frozen
 # start (k3), entropy bonus, overlong penalty, 2 micro-batches, and the
 # router-disagreement measurement every step.
-timeout 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set optim.total_steps=2 \
+timeout 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set optim.total_steps=2 \
   --set algo.kl=k3 --set algo.kl_coef=0.01 --set algo.entropy_coef=0.001 --set algo.overlong_cache_tokens=64 \
   --set optim.grad_accumulation=2 --set algo.routing_check_interval=1 --set run.name=options \
   --init "$WORK/runs/quickstart/base.pt" >train3.txt 2>&1
@@ -86,7 +79,7 @@ expect_status 0 $? "train with every loss option"
 expect_contains train3.txt "router disagrees" "router disagreement measured"
 
 # A wrong --init is refused before training, naming the file.
-timeout 120 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --init "$WORK/missing.pt" >bad.txt 2>&1
+timeout 120 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --init "$WORK/missing.pt" >bad.txt 2>&1
 status=$?
 [ "$status" -ne 0 ] && [ "$status" -ne 124 ] || fail "missing --init: exit status $status"
 expect_contains bad.txt "missing.pt' does not exist" "missing --init named"

@@ -58,6 +58,12 @@ constexpr int kJobFailedExitStatus = 3;
 // or any rank without a fault-tolerant MPI): scripts/launch.sh restarts it.
 constexpr int kLostRankExitStatus = 4;
 
+// Which attempt of the job this is: scripts/launch.sh counts its restarts in
+// MOERL_RESTARTS and says why it made the last one in MOERL_RESTART_CAUSE
+// (0 and "" for a job started without it).
+int launcher_restarts();
+std::string launcher_restart_cause();
+
 // Where abort_job() tells the other ranks under a fault-tolerant MPI (whose
 // MPI_Abort ends only the caller): a duplicate of the world that MpiSession
 // keeps until MPI_Finalize. poll_job_abort() is how a rank hears of it (the

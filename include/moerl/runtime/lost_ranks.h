@@ -38,7 +38,9 @@ class LostRanks {
 
 LostRanks& lost_ranks();
 
-// SIGKILLs the lost rank's process when it runs on `this_host` (and is not us).
+// SIGKILLs process `pid` of `host` when that is `this_host` (and it is not us).
+void fence(const std::string& host, std::int64_t pid, const std::string& this_host);
+// The lost rank's process, the same way.
 void fence(const RankLost& lost, const std::string& this_host);
 
 }  // namespace moerl::runtime
