@@ -56,10 +56,27 @@ class MpiRequest : public CommRequest {
 
 }  // namespace
 
+std::vector<int> world_ranks_of_members(MPI_Comm comm) {
+  MPI_Group group = MPI_GROUP_NULL;
+  MPI_Group world = MPI_GROUP_NULL;
+  MOERL_MPI_CHECK(MPI_Comm_group(comm, &group));
+  MOERL_MPI_CHECK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  int size = 0;
+  MOERL_MPI_CHECK(MPI_Group_size(group, &size));
+  std::vector<int> members(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) members[static_cast<size_t>(i)] = i;
+  std::vector<int> world_ranks(members.size());
+  MOERL_MPI_CHECK(MPI_Group_translate_ranks(group, size, members.data(), world, world_ranks.data()));
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return world_ranks;
+}
+
 MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::move(name)) {
   MOERL_MPI_CHECK(MPI_Comm_dup(comm, &comm_));
   MOERL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MOERL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  world_ranks_ = world_ranks_of_members(comm_);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -137,6 +154,7 @@ std::unique_ptr<Communicator> MpiCommunicator::survivors() {
 MpiCommunicator::MpiCommunicator(Adopt, MPI_Comm owned, std::string name) : comm_(owned), name_(std::move(name)) {
   MOERL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MOERL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+  world_ranks_ = world_ranks_of_members(comm_);
 }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::adopt(MPI_Comm owned, std::string name) {

@@ -63,6 +63,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, int device, std::string na
     : device_(device), name_(std::move(name)) {
   MOERL_MPI_CHECK(MPI_Comm_rank(mpi_comm, &rank_));
   MOERL_MPI_CHECK(MPI_Comm_size(mpi_comm, &size_));
+  world_ranks_ = world_ranks_of_members(mpi_comm);
   ncclUniqueId id;
   if (rank_ == 0) MOERL_NCCL_CHECK(ncclGetUniqueId(&id));
   MOERL_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_comm));

@@ -107,10 +107,19 @@ void Actor::recover_sync_group() {
   receiver_->abandon();
   // Collective over the living members of the group: returns once learner 0 and
   // every other living actor have joined (learner 0 republishes its newest weights).
-  sync_survivors_ = sync_comm_->survivors();
+  const sync::SyncOptions options = sync::sync_options(config_.sync, config_.cluster.message_timeout_s);
+  const int publisher = sync_comm_->world_rank_of(options.root);
+  std::unique_ptr<comm::Communicator> survivors = sync_comm_->survivors();
+  if (survivors->world_rank_of(options.root) != publisher) {
+    // The publisher itself is gone (learner 0): no group can go on without
+    // it; this rank ends with the job, which the launcher restarts.
+    throw runtime::PeerLostError(publisher, "actor " + std::to_string(world_.role_index()) +
+                                                ": the weight-sync group lost its publisher (rank " +
+                                                std::to_string(publisher) + ", learner 0)");
+  }
+  sync_survivors_ = std::move(survivors);
   sync_comm_ = sync_survivors_.get();
-  receiver_ = std::make_unique<sync::WeightReceiver>(*sync_comm_, weight_views_,
-                                                     sync::sync_options(config_.sync, config_.cluster.message_timeout_s));
+  receiver_ = std::make_unique<sync::WeightReceiver>(*sync_comm_, weight_views_, options);
   receiver_->assume_version(engine_.policy_version());
   telemetry::metrics().add("actor.sync_recoveries");
   spdlog::warn("actor {}: weight-sync group rebuilt with {} members", world_.role_index(), sync_comm_->size());

@@ -220,3 +220,23 @@ TEST_CASE("all-reduce and all-to-all-v deliver what each rank expects", "[sync]"
   for (int s = 0; s < n; ++s)
     for (size_t k = 0; k < receive_counts[s]; ++k) CHECK(receive[receive_displs[s] + k] == 100 * s + r);
 }
+
+TEST_CASE("a group names each member's world rank", "[sync]") {
+  // How an actor tells, after a shrink, whether the publisher is still in the
+  // group: a group without world rank 0 must not report it at member 0.
+  int world_rank = 0, world_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  MPI_Comm without_first = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank == 0 ? MPI_UNDEFINED : 1, world_rank, &without_first);
+  if (world_rank == 0) {
+    CHECK(without_first == MPI_COMM_NULL);
+    return;
+  }
+  comm::MpiCommunicator group(without_first, "group without rank 0");
+  MPI_Comm_free(&without_first);
+  REQUIRE(group.size() == world_size - 1);
+  for (int member = 0; member < group.size(); ++member) CHECK(group.world_rank_of(member) == member + 1);
+  CHECK(group.world_rank_of(group.rank()) == world_rank);
+  CHECK_THROWS(group.world_rank_of(group.size()));
+}

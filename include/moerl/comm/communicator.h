@@ -55,6 +55,9 @@ class Communicator {
   virtual std::string backend() const = 0;  // "mpi" or "nccl"
   // "sync group (learner 0 + 2 actors)": how errors name the group.
   virtual const std::string& name() const = 0;
+  // The member's rank in MPI_COMM_WORLD: how a survivor learns whom a
+  // renumbered group (survivors()) still holds.
+  virtual int world_rank_of(int member) const = 0;
 
   virtual std::unique_ptr<CommRequest> broadcast_async(void* data, size_t count, DataType type, int root) = 0;
   virtual std::unique_ptr<CommRequest> allreduce_sum_async(void* data, size_t count, DataType type) = 0;

@@ -6,10 +6,14 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "moerl/comm/communicator.h"
 
 namespace moerl::comm {
+
+// Every member's rank in MPI_COMM_WORLD, in the order of `comm` (local, not collective).
+std::vector<int> world_ranks_of_members(MPI_Comm comm);
 
 class MpiCommunicator : public Communicator {
  public:
@@ -23,6 +27,7 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
   const std::string& name() const override { return name_; }
+  int world_rank_of(int member) const override { return world_ranks_.at(static_cast<size_t>(member)); }
 
   std::unique_ptr<CommRequest> broadcast_async(void* data, size_t count, DataType type, int root) override;
   std::unique_ptr<CommRequest> allreduce_sum_async(void* data, size_t count, DataType type) override;
@@ -45,6 +50,7 @@ class MpiCommunicator : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::string name_;
+  std::vector<int> world_ranks_;
 };
 
 }  // namespace moerl::comm

@@ -11,7 +11,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#include "moerl/comm/communicator.h"
+#include "moerl/comm/mpi_communicator.h"
 
 namespace moerl::comm {
 
@@ -25,6 +25,7 @@ class NcclCommunicator : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
   const std::string& name() const override { return name_; }
+  int world_rank_of(int member) const override { return world_ranks_.at(static_cast<size_t>(member)); }
   cudaStream_t stream() const { return stream_; }
 
   std::unique_ptr<CommRequest> broadcast_async(void* data, size_t count, DataType type, int root) override;
@@ -50,6 +51,7 @@ class NcclCommunicator : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::string name_;
+  std::vector<int> world_ranks_;
   int* barrier_scratch_ = nullptr;  // one device int for barrier_async
 };
 
