@@ -274,6 +274,8 @@ class Loader {
     require(!config_.env.families.empty(), "env.families", "must name at least one task family");
     require(!(config_.env.reward_min >= config_.env.reward_max), "env.reward_max",
             "must be greater than env.reward_min");
+    require(config_.env.curriculum_lower_at < config_.env.curriculum_raise_at, "env.curriculum_lower_at",
+            "must be below env.curriculum_raise_at, or a family's level would move both ways at once");
     for (const std::string& entry : config_.faults.plan) {
       try {
         const FaultAction fault = parse_fault(entry);

@@ -348,6 +348,9 @@ SectionSpec rollout_section() {
   b.field("eval_temperature", &RolloutSection::eval_temperature,
           "Sampling temperature of the evaluation episodes; 0 = greedy.")
       .at_least(0);
+  b.field("eval_greedy", &RolloutSection::eval_greedy,
+          "With eval_temperature > 0, also play every held-out seed greedily (summary.json "
+          "before_greedy/after_greedy).");
   return spec;
 }
 
@@ -512,6 +515,24 @@ SectionSpec env_section() {
   b.field("breaker_cooldown_s", &EnvSection::breaker_cooldown_s,
           "A paused family is drawn from again after this long (it pauses again at its next failure).")
       .greater_than(0);
+  b.field("curriculum", &EnvSection::curriculum,
+          "Training difficulty per family follows its recent success: raised above curriculum_raise_at, "
+          "lowered below curriculum_lower_at (evaluation keeps the configured difficulty).");
+  b.field("curriculum_window", &EnvSection::curriculum_window,
+          "Training episodes played at a family's current level that decide its next move.")
+      .at_least(1);
+  b.field("curriculum_raise_at", &EnvSection::curriculum_raise_at,
+          "Success over the window at or above which a family's difficulty goes up by one.")
+      .between(0, 1);
+  b.field("curriculum_lower_at", &EnvSection::curriculum_lower_at,
+          "Success over the window at or below which a family's difficulty goes down by one.")
+      .between(0, 1);
+  b.field("curriculum_max_difficulty", &EnvSection::curriculum_max_difficulty,
+          "Highest level the curriculum reaches; 0 = each family's own maximum.")
+      .at_least(0);
+  b.field("adaptive_weights", &EnvSection::adaptive_weights,
+          "New training groups drawn by each family's learning progress (how fast its success moves) "
+          "times its [env.<family>] weight; a family that stands still keeps a fifth of the share.");
   return spec;
 }
 

@@ -30,7 +30,8 @@ TaskSpec make_task(const config::Config& config, const std::string& family, std:
   return task;
 }
 
-std::string pick_family(const config::Config& config, std::uint64_t draw, const std::set<std::string>& excluded) {
+std::string pick_family(const config::Config& config, std::uint64_t draw, const std::set<std::string>& excluded,
+                        const std::map<std::string, double>& scales) {
   const auto& families = config.env.families;
   MOERL_CHECK(!families.empty(), "[env] families is empty");
   std::vector<std::string> allowed;
@@ -39,7 +40,8 @@ std::string pick_family(const config::Config& config, std::uint64_t draw, const 
   if (allowed.empty()) return "";
   auto weight_of = [&](const std::string& f) {
     const auto* own = overrides_for(config, f);
-    return own ? own->weight : 1.0;
+    const auto scale = scales.find(f);
+    return (own ? own->weight : 1.0) * (scale == scales.end() ? 1.0 : scale->second);
   };
   double total = 0;
   for (const std::string& f : allowed) total += weight_of(f);

@@ -229,6 +229,11 @@ void Coordinator::on_step(std::int64_t consumed, std::int64_t dropped, std::int6
   tasks_.on_step(consumed, dropped, version, done);
 }
 
+void Coordinator::record_training_outcomes(const std::vector<EpisodeOutcome>& outcomes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tasks_.record_training_outcomes(outcomes);
+}
+
 void Coordinator::on_empty_round(std::int64_t consumed, std::int64_t dropped) {
   std::lock_guard<std::mutex> lock(mutex_);
   tasks_.on_empty_round(consumed, dropped);

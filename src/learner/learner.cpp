@@ -449,6 +449,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
     ++version_;
     check_learners_agree();
     const bool done = step_ >= config_.optim.total_steps;
+    if (coordinator_) coordinator_->record_training_outcomes(stats.outcomes);
     if (coordinator_)
       coordinator_->on_step(static_cast<std::int64_t>(counts[0]), static_cast<std::int64_t>(counts[1] + counts[2]),
                             version_, done);

@@ -23,9 +23,13 @@ TaskCoordinator::TaskCoordinator(const config::Config& config, runtime::Mailbox&
                                  std::vector<int> actor_ranks)
     : config_(config), mailbox_(mailbox), learners_(learners), actors_(std::move(actor_ranks)),
       assigned_episodes_(static_cast<size_t>(learners), 0),
-      breaker_(config.env.breaker_failures, config.env.breaker_cooldown_s) {
+      breaker_(config.env.breaker_failures, config.env.breaker_cooldown_s), curriculum_(config) {
   next_seed_ = static_cast<std::uint64_t>(config.run.seed) * 1000003ull;
   start_evaluation(0);
+}
+
+bool TaskCoordinator::greedy_plays() const {
+  return config_.rollout.eval_greedy && config_.rollout.eval_temperature > 0;
 }
 
 void TaskCoordinator::start_evaluation(std::int64_t min_version) {
@@ -38,6 +42,11 @@ void TaskCoordinator::start_evaluation(std::int64_t min_version) {
       g.size = 1;
       g.evaluation = true;
       g.min_version = min_version;
+      eval_queue_.push_back(g);
+      if (!greedy_plays()) continue;
+      g.group_id = next_group_++;
+      g.greedy = true;
+      greedy_groups_.insert(g.group_id);
       eval_queue_.push_back(g);
     }
   }
@@ -80,7 +89,8 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
     rollout::TaskGroup g;
     g.group_id = next_group_++;
     const std::uint64_t seed = next_seed_++;
-    g.task = env::make_task(config_, env::pick_family(config_, mix64(seed), paused), seed);
+    g.task = env::make_task(config_, env::pick_family(config_, mix64(seed), paused, curriculum_.weight_scales()), seed);
+    if (config_.env.curriculum) g.task.difficulty = curriculum_.difficulty(g.task.family);
     g.size = group_size;
     g.min_version = std::max(min_version_floor_, config_.sync.asynchronous ? std::int64_t{0} : policy_version);
     groups.push_back(g);
@@ -152,7 +162,8 @@ void TaskCoordinator::add_actor(int rank) {
 void TaskCoordinator::record_evaluation(const rollout::Trajectory& episode) {
   // An evaluation group runs again when its actor was lost; a late result of it counts once.
   if (!recorded_evaluations_.insert(episode.group_id).second) return;
-  auto& table = phase_ == Phase::EvalBefore ? before_ : after_;
+  const bool greedy = greedy_groups_.count(episode.group_id) > 0;
+  ScoreTable& table = phase_ == Phase::EvalBefore ? (greedy ? before_greedy_ : before_) : (greedy ? after_greedy_ : after_);
   FamilyScore& score = table[episode.task.family];
   if (episode.failed()) {
     ++score.env_failures;
@@ -198,6 +209,11 @@ void TaskCoordinator::on_step(std::int64_t groups_consumed, std::int64_t groups_
   }
 }
 
+void TaskCoordinator::record_training_outcomes(const std::vector<EpisodeOutcome>& outcomes) {
+  for (const EpisodeOutcome& outcome : outcomes) curriculum_.record(outcome);
+  curriculum_.publish_metrics();
+}
+
 void TaskCoordinator::on_empty_round(std::int64_t groups_consumed, std::int64_t groups_dropped) {
   in_flight_ -= groups_consumed + groups_dropped;
   if (!config_.sync.asynchronous) assigned_this_step_ -= groups_consumed + groups_dropped;
@@ -218,27 +234,68 @@ void TaskCoordinator::finish_actors() {
   finished_sent_ = true;
 }
 
+namespace {
+
+std::string percent(double rate) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(0) << 100 * rate << "%";
+  return out.str();
+}
+
+std::string signed_points(double rate) {
+  std::ostringstream out;
+  out << std::showpos << std::fixed << std::setprecision(0) << 100 * rate;
+  return out.str();
+}
+
+// "62% (40/64) [50, 73]": the rate, its counts and its 95% interval in points.
+std::string score_cell(const FamilyScore& score) {
+  const Interval ci = score.success_interval();
+  std::ostringstream out;
+  out << percent(score.success_rate()) << " (" << score.successes << "/" << score.episodes << ") ["
+      << std::fixed << std::setprecision(0) << 100 * ci.low << ", " << 100 * ci.high << "]";
+  return out.str();
+}
+
+std::string gain_cell(const FamilyScore& before, const FamilyScore& after) {
+  const Gain gain = success_gain(before, after);
+  return signed_points(gain.value) + " [" + signed_points(gain.interval.low) + ", " +
+         signed_points(gain.interval.high) + "]";
+}
+
+FamilyScore score_of(const ScoreTable& table, const std::string& family) {
+  const auto found = table.find(family);
+  return found == table.end() ? FamilyScore{} : found->second;
+}
+
+}  // namespace
+
 std::string TaskCoordinator::evaluation_table() const {
   std::ostringstream out;
   int env_failures = 0;
-  for (const auto* table : {&before_, &after_})
+  for (const ScoreTable* table : {&before_, &after_})
     for (const auto& [family, score] : *table) env_failures += score.env_failures;
-  out << std::left << std::setw(12) << "family" << std::setw(20) << "success before" << std::setw(20)
-      << "success after" << std::setw(18) << "reward before" << (env_failures ? std::setw(18) : std::setw(0))
-      << "reward after" << (env_failures ? "env failures before/after" : "") << "\n";
+  const bool greedy = greedy_plays();
+  out << "held-out success at temperature " << config_.rollout.eval_temperature
+      << ", with 95% intervals (Wilson; gains: Newcombe), in points\n";
+  out << std::left << std::setw(12) << "family" << std::setw(24) << "before" << std::setw(24) << "after"
+      << std::setw(18) << "gain";
+  if (greedy) out << std::setw(26) << "greedy before -> after";
+  out << "reward before -> after" << (env_failures ? "   env failures before/after" : "") << "\n";
   for (const std::string& family : config_.env.families) {
-    const FamilyScore b = before_.count(family) ? before_.at(family) : FamilyScore{};
-    const FamilyScore a = after_.count(family) ? after_.at(family) : FamilyScore{};
-    std::ostringstream sb, sa;
-    sb << std::fixed << std::setprecision(0) << 100 * b.success_rate() << "% (" << b.successes << "/" << b.episodes << ")";
-    sa << std::fixed << std::setprecision(0) << 100 * a.success_rate() << "% (" << a.successes << "/" << a.episodes << ")";
-    out << std::left << std::setw(12) << family << std::setw(20) << sb.str() << std::setw(20) << sa.str()
-        << std::setw(18) << std::fixed << std::setprecision(3) << b.mean_reward();
-    if (env_failures) {
-      out << std::setw(18) << a.mean_reward() << b.env_failures << "/" << a.env_failures << "\n";
-    } else {
-      out << a.mean_reward() << "\n";
+    const FamilyScore b = score_of(before_, family), a = score_of(after_, family);
+    out << std::left << std::setw(12) << family << std::setw(24) << score_cell(b) << std::setw(24) << score_cell(a)
+        << std::setw(18) << gain_cell(b, a);
+    if (greedy) {
+      const FamilyScore gb = score_of(before_greedy_, family), ga = score_of(after_greedy_, family);
+      out << std::setw(26) << (percent(gb.success_rate()) + " -> " + percent(ga.success_rate()) + " (" +
+                               signed_points(ga.success_rate() - gb.success_rate()) + ")");
     }
+    std::ostringstream reward;
+    reward << std::fixed << std::setprecision(3) << b.mean_reward() << " -> " << a.mean_reward();
+    out << (env_failures ? std::setw(25) : std::setw(0)) << reward.str();
+    if (env_failures) out << "   " << b.env_failures << "/" << a.env_failures;
+    out << "\n";
   }
   if (failures_.total() > 0)
     out << "sessions whose environment failed for good (training and evaluation): " << failures_.describe() << "\n";
@@ -246,27 +303,6 @@ std::string TaskCoordinator::evaluation_table() const {
 }
 
 namespace {
-
-void write_scores(JsonWriter& json, const std::map<std::string, FamilyScore>& table) {
-  json.begin_object();
-  for (const auto& [family, score] : table)
-    json.key(family).begin_object().key("success").value(score.success_rate()).key("reward").value(score.mean_reward())
-        .key("episodes").value(score.episodes).key("successes").value(score.successes)
-        .key("reward_sum").value(score.reward).key("env_failures").value(score.env_failures).end_object();
-  json.end_object();
-}
-
-std::map<std::string, FamilyScore> read_scores(const JsonValue& value) {
-  std::map<std::string, FamilyScore> table;
-  for (const auto& [family, entry] : value.as_object()) {
-    FamilyScore& score = table[family];
-    score.episodes = static_cast<int>(entry.at("episodes").as_number());
-    score.successes = static_cast<int>(entry.at("successes").as_number());
-    score.reward = entry.at("reward_sum").as_number();
-    score.env_failures = static_cast<int>(entry.at("env_failures").as_number());
-  }
-  return table;
-}
 
 void write_rank_failures(JsonWriter& json, const std::vector<RankFailure>& failures) {
   json.begin_array();
@@ -304,6 +340,10 @@ std::string TaskCoordinator::books_json() const {
   JsonWriter json;
   json.begin_object().key("before");
   write_scores(json, before_);
+  json.key("before_greedy");
+  write_scores(json, before_greedy_);
+  json.key("curriculum");
+  curriculum_.write_json(json);
   json.key("env_failures");
   failures_.write_json(json);
   json.key("rank_failures");
@@ -315,16 +355,28 @@ std::string TaskCoordinator::books_json() const {
 void TaskCoordinator::restore_books(const std::string& text) {
   const JsonValue books = JsonValue::parse(text);
   before_ = read_scores(books.at("before"));
+  if (const JsonValue* greedy = books.find("before_greedy")) before_greedy_ = read_scores(*greedy);
+  if (const JsonValue* curriculum = books.find("curriculum")) curriculum_.restore(*curriculum);
   failures_ = FailureTally::from_json(books.at("env_failures"));
   if (const JsonValue* ranks = books.find("rank_failures")) rank_failures_ = read_rank_failures(*ranks);
 }
 
 std::string TaskCoordinator::summary_json(std::int64_t steps, double wall_s, int restarts) const {
   JsonWriter json;
-  json.begin_object().key("before");
+  json.begin_object().key("eval_temperature").value(config_.rollout.eval_temperature).key("before");
   write_scores(json, before_);
   json.key("after");
   write_scores(json, after_);
+  json.key("gain");
+  write_gains(json, before_, after_);
+  json.key("before_greedy");
+  write_scores(json, before_greedy());
+  json.key("after_greedy");
+  write_scores(json, after_greedy());
+  json.key("gain_greedy");
+  write_gains(json, before_greedy(), after_greedy());
+  json.key("curriculum");
+  curriculum_.write_json(json);
   json.key("env_failures");
   failures_.write_json(json);
   json.key("family_pauses").value(breaker_.pauses());

@@ -162,8 +162,9 @@ void Actor::prompt_turn(Episode& episode, const std::string& observation, bool f
   }
   engine_.append_prompt(episode.id, prompt);
   SamplingParams sampling;
-  const double temperature =
-      episode.group.evaluation ? config_.rollout.eval_temperature : config_.rollout.temperature;
+  const double temperature = episode.group.greedy       ? 0.0
+                             : episode.group.evaluation ? config_.rollout.eval_temperature
+                                                        : config_.rollout.temperature;
   sampling.greedy = temperature == 0;
   sampling.temperature = temperature > 0 ? temperature : 1.0;
   sampling.top_p = config_.rollout.top_p;

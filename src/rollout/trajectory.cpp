@@ -26,6 +26,7 @@ void TaskAssignment::encode(runtime::ByteWriter& w) const {
     env::write_task(w, g.task);
     w.put(g.size);
     w.put<std::uint8_t>(g.evaluation);
+    w.put<std::uint8_t>(g.greedy);
     w.put(g.min_version);
   }
 }
@@ -41,6 +42,7 @@ TaskAssignment TaskAssignment::decode(runtime::ByteReader& r) {
     g.task = env::read_task(r);
     g.size = r.get<std::int32_t>();
     g.evaluation = r.get<std::uint8_t>() != 0;
+    g.greedy = r.get<std::uint8_t>() != 0;
     g.min_version = r.get<std::int64_t>();
     if (g.size < 1 || g.size > 4096) throw runtime::WireError("task group size " + std::to_string(g.size));
     m.groups.push_back(std::move(g));

@@ -75,8 +75,13 @@ assert set(counted) == set(fired_by_reason), (counted, dict(fired_by_reason))
 # wrong reason, needs more attempts than fired. Attempts left over belong to
 # sessions still retrying when the run stopped (at most sessions_per_actor x
 # 2 actors = 16 of them, up to 3 attempts each).
+# Timeouts are the exception: on a loaded machine an attempt without a fault
+# can also run past env.timeout_s (seen at a load average of 15 on 2 cores),
+# so a session may count as timed out with fewer hangs fired than 3.
 left_over = 0
 for r, n in fired_by_reason.items():
+    if r == "timeout":
+        continue
     assert 3 * counted[r] <= n, ("more sessions counted than attempts fired", r, counted[r], n)
     left_over += n - 3 * counted[r]
 assert left_over <= 3 * 16, ("attempts of uncounted sessions", left_over)

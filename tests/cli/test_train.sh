@@ -10,7 +10,7 @@ timeout 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set opti
   --init "$WORK/runs/quickstart/base.pt" >train.txt 2>&1
 expect_status 0 $? "train"
 for step in 1 2 3 4; do expect_contains train.txt "step $step/4 v$step |" "progress line of step $step"; done
-expect_contains train.txt "success before" "evaluation table"
+expect_contains train.txt "held-out success at temperature" "evaluation table"
 python3 - "$WORK/runs/quickstart/summary.json" <<'PY' || fail "summary.json"
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -132,6 +132,12 @@ struct EnvSection {
   std::int64_t breaker_failures = 8;    // consecutive failed sessions of a family that pause it; 0 = never
   std::int64_t snapshot_every_turns = 4;  // a session's snapshot goes to the archive this often; 0 = never
   double breaker_cooldown_s = 60.0;     // a paused family is drawn from again after this long
+  bool curriculum = false;              // training difficulty per family follows its recent success
+  std::int64_t curriculum_window = 32;  // training episodes at a level that decide the next move
+  double curriculum_raise_at = 0.75;    // success over the window that raises the level
+  double curriculum_lower_at = 0.25;    // success over the window that lowers it
+  std::int64_t curriculum_max_difficulty = 0;  // highest level; 0 = each family's own
+  bool adaptive_weights = false;        // families drawn by learning progress (times their weight)
 };
 
 // [env.<family>]: per-family overrides of [env] (0 / "inherit" = use [env]).
@@ -159,6 +165,7 @@ struct RolloutSection {
   std::int64_t group_size = 4;               // G samples per task seed (GRPO groups)
   std::int64_t eval_episodes = 16;           // held-out episodes per family, before and after training
   double eval_temperature = 0.0;             // 0 = greedy evaluation
+  bool eval_greedy = true;                   // also play each held-out seed at temperature 0
 };
 
 enum class AdvantageEstimator { Grpo, DrGrpo, Rloo, Ppo };

@@ -4,6 +4,7 @@
 // resolved from [env.<family>] over [env].
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 
@@ -18,7 +19,10 @@ TaskSpec make_task(const config::Config& config, const std::string& family, std:
 // A family drawn from [env] families by weight; `draw` is any 64-bit value
 // (e.g. a hash of the session number), so the mix is reproducible. Families
 // in `excluded` (paused ones) are not drawn; "" when every family is excluded.
+// `scales` multiplies the weights of the families it names (the curriculum's
+// adaptive weights).
 std::string pick_family(const config::Config& config, std::uint64_t draw,
-                        const std::set<std::string>& excluded = {});
+                        const std::set<std::string>& excluded = {},
+                        const std::map<std::string, double>& scales = {});
 
 }  // namespace moerl::env

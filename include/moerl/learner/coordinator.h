@@ -76,6 +76,8 @@ class Coordinator {
 
   TaskCoordinator::Phase phase() const;
   void on_step(std::int64_t consumed, std::int64_t dropped, std::int64_t version, bool done);
+  // Learner 0's training episodes of the step, for the curriculum (curriculum.h).
+  void record_training_outcomes(const std::vector<EpisodeOutcome>& outcomes);
   void on_empty_round(std::int64_t consumed, std::int64_t dropped);
   void finish_actors();
   std::optional<JobFailure> take_failure();

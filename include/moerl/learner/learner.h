@@ -53,6 +53,7 @@ struct StepStats {
   int episodes = 0;
   double reward_mean = 0;
   std::map<std::string, FamilyScore> by_family;
+  std::vector<EpisodeOutcome> outcomes;  // one per training episode of this learner's step
   std::int64_t generated_tokens = 0;
   std::int64_t tokens = 0;
   double staleness_mean = 0;

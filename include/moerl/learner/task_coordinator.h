@@ -2,8 +2,9 @@
 // Learner 0's coordination of the actors' work: which task groups go to
 // which actor, when, and the held-out evaluation before and after training.
 //
-// Phases: EvalBefore (greedy episodes on held-out seeds with the base
-// weights) -> Train (GRPO groups; in asynchronous mode as many in flight as
+// Phases: EvalBefore (held-out seeds with the base weights, at
+// rollout.eval_temperature and, with rollout.eval_greedy, once more
+// greedily) -> Train (GRPO groups; in asynchronous mode as many in flight as
 // bounded staleness allows, in synchronous mode one step's worth at a time)
 // -> EvalAfter (the same held-out seeds with the final weights) -> Done.
 //
@@ -21,20 +22,13 @@
 #include <vector>
 
 #include "moerl/config/config.h"
+#include "moerl/learner/curriculum.h"
+#include "moerl/learner/evaluation_scores.h"
 #include "moerl/learner/session_failures.h"
 #include "moerl/rollout/trajectory.h"
 #include "moerl/runtime/mailbox.h"
 
 namespace moerl::learner {
-
-struct FamilyScore {
-  int episodes = 0;        // played to the end by the policy (environment failures not included)
-  int successes = 0;
-  int env_failures = 0;    // evaluation sessions whose environment failed for good
-  double reward = 0;
-  double success_rate() const { return episodes ? static_cast<double>(successes) / episodes : 0.0; }
-  double mean_reward() const { return episodes ? reward / episodes : 0.0; }
-};
 
 // One lost rank or restart of the job, for summary.json's `failures`.
 struct RankFailure {
@@ -74,6 +68,9 @@ class TaskCoordinator {
   // After every learner step: how many groups all learners consumed and dropped.
   void on_step(std::int64_t groups_consumed, std::int64_t groups_dropped, std::int64_t policy_version,
                bool training_done);
+  // Finished training episodes (learner 0's share): the curriculum's evidence.
+  void record_training_outcomes(const std::vector<EpisodeOutcome>& outcomes);
+  const Curriculum& curriculum() const { return curriculum_; }
   // A round in which every learner's groups were failed or stale: nothing
   // was trained and no version made; in-flight counts drop and, in
   // synchronous mode, new groups replace the consumed ones.
@@ -111,8 +108,11 @@ class TaskCoordinator {
   // (throws JsonError on a malformed text).
   std::string books_json() const;
   void restore_books(const std::string& json);
-  const std::map<std::string, FamilyScore>& before() const { return before_; }
-  const std::map<std::string, FamilyScore>& after() const { return after_; }
+  // At rollout.eval_temperature; the greedy tables (rollout.eval_greedy) apart.
+  const ScoreTable& before() const { return before_; }
+  const ScoreTable& after() const { return after_; }
+  const ScoreTable& before_greedy() const { return greedy_plays() ? before_greedy_ : before_; }
+  const ScoreTable& after_greedy() const { return greedy_plays() ? after_greedy_ : after_; }
   // `restarts`: how often the launcher restarted this job (MOERL_RESTARTS).
   std::string summary_json(std::int64_t steps, double wall_s, int restarts) const;
   std::string evaluation_table() const;
@@ -122,6 +122,9 @@ class TaskCoordinator {
   void record_failure(const rollout::Trajectory& record);
   void send_to_actor(int actor, const rollout::TaskAssignment& assignment);
   void start_evaluation(std::int64_t min_version);
+  // Evaluation plays each held-out seed once more at temperature 0 (the
+  // sampled evaluation is not greedy itself and rollout.eval_greedy is set).
+  bool greedy_plays() const;
   std::int64_t train_groups_allowed() const;
 
   const config::Config& config_;
@@ -135,7 +138,9 @@ class TaskCoordinator {
   Phase phase_ = Phase::EvalBefore;
   std::deque<rollout::TaskGroup> eval_queue_;
   int eval_outstanding_ = 0;
-  std::map<std::string, FamilyScore> before_, after_;
+  ScoreTable before_, after_;                // at rollout.eval_temperature
+  ScoreTable before_greedy_, after_greedy_;  // temperature 0, when greedy_plays()
+  std::set<std::uint64_t> greedy_groups_;    // evaluation groups played greedily
   std::uint64_t next_group_ = 0;
   std::uint64_t next_seed_ = 0;
   std::uint64_t cursor_group_ = 0;    // next_group_ and next_seed_ at the last step boundary
@@ -149,6 +154,7 @@ class TaskCoordinator {
   FailureTally failures_;               // the whole run's (resumes included), training and evaluation
   std::vector<RankFailure> rank_failures_;  // the whole run's
   FamilyBreaker breaker_;
+  Curriculum curriculum_;
 };
 
 }  // namespace moerl::learner

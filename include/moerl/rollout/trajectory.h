@@ -19,7 +19,8 @@ struct TaskGroup {
   std::uint64_t group_id = 0;
   env::TaskSpec task;
   std::int32_t size = 1;
-  bool evaluation = false;  // greedy, not trained on; reported in the before/after table
+  bool evaluation = false;  // not trained on; reported in the before/after table
+  bool greedy = false;      // an evaluation played at temperature 0 (rollout.eval_greedy)
   std::int64_t min_version = 0;  // the actor starts it only with weights at least this new
 };
 
