@@ -19,20 +19,12 @@
 // started on its own, not under mpirun. Each job has a deadline (10 minutes);
 // one past it is killed and the case reports it.
 
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
-#include <thread>
 
+#include "child_jobs.h"
 #include "moerl/bench/registry.h"
 #include "moerl/core/error.h"
 #include "moerl/core/json_value.h"
@@ -57,14 +49,6 @@ struct FaultArgs {
   std::string dir = "runs/bench-faults";
 };
 
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 FaultArgs parse_args(const std::vector<std::string>& args, bool quick) {
   FaultArgs out;
   if (quick) out.steps = 16;
@@ -78,7 +62,7 @@ FaultArgs parse_args(const std::vector<std::string>& args, bool quick) {
     else if (a == "--set") out.overrides.push_back(value());
     else if (a == "--init") out.init_path = value();
     else if (a == "--steps") out.steps = std::stoll(value());
-    else if (a == "--only") out.only = split_commas(value());
+    else if (a == "--only") out.only = moerl::bench::split_commas(value());
     else if (a == "--dir") out.dir = value();
     else
       throw moerl::Error("bench faults: unknown option '" + a +
@@ -106,54 +90,13 @@ std::vector<FaultCase> fault_cases(std::int64_t at_step) {
   };
 }
 
-std::string self_binary() { return fs::read_symlink("/proc/self/exe").string(); }
-
-// Runs argv with stdout and stderr into log_path and MOERL_BIN set; the exit
-// status, or -1 when it ran past the deadline (its process group is killed).
-int run_job(const std::vector<std::string>& argv, const std::string& log_path, double deadline_s) {
-  const pid_t child = fork();
-  if (child < 0) throw moerl::Error("bench faults: fork failed");
-  if (child == 0) {
-    setpgid(0, 0);
-    std::FILE* log = std::fopen(log_path.c_str(), "w");
-    if (log) {
-      dup2(fileno(log), 1);
-      dup2(fileno(log), 2);
-    }
-    setenv("MOERL_BIN", self_binary().c_str(), 1);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execvp(args[0], args.data());
-    _exit(127);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(deadline_s);
-  for (;;) {
-    int status = 0;
-    if (waitpid(child, &status, WNOHANG) == child) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(-child, SIGKILL);
-      waitpid(child, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-}
-
-// Mean of learner.reward_mean over the metrics lines of the last `steps` steps.
+// Mean of learner.reward_mean over the steps after from_step.
 double late_reward(const std::string& metrics_path, std::int64_t from_step) {
-  std::ifstream file(metrics_path);
   double sum = 0;
   int count = 0;
-  for (std::string text; std::getline(file, text);) {
-    if (text.empty()) continue;
-    const JsonValue line = JsonValue::parse(text);
-    if (line.at("step").as_number() <= static_cast<double>(from_step)) continue;
-    const JsonValue* learner = line.at("roles").find("learner");
-    const JsonValue* gauges = learner ? learner->find("gauges") : nullptr;
-    const JsonValue* reward = gauges ? gauges->find("learner.reward_mean") : nullptr;
-    if (!reward) continue;
-    sum += reward->as_number();
+  for (const auto& point : moerl::bench::metrics_series(metrics_path, "learner", "gauges", "learner.reward_mean")) {
+    if (point.step <= from_step) continue;
+    sum += point.value;
     ++count;
   }
   return count ? sum / count : 0.0;
@@ -161,11 +104,7 @@ double late_reward(const std::string& metrics_path, std::int64_t from_step) {
 
 std::map<std::string, double> read_outcome(const std::string& run_dir, std::int64_t steps) {
   std::map<std::string, double> m;
-  std::ifstream file(run_dir + "/summary.json");
-  if (!file) throw moerl::Error("no summary.json in " + run_dir);
-  std::stringstream text;
-  text << file.rdbuf();
-  const JsonValue summary = JsonValue::parse(text.str());
+  const JsonValue summary = moerl::bench::read_json_file(run_dir + "/summary.json");
   m["steps_completed"] = summary.at("steps_completed").as_number();
   m["restarts"] = summary.at("restarts").as_number();
   m["wall_s"] = summary.at("wall_s").as_number();
@@ -219,8 +158,7 @@ std::vector<std::string> job_argv(const FaultArgs& args, const FaultCase& fault,
 
 moerl::bench::BenchReport run_faults_bench(const moerl::bench::BenchOptions& options) {
   const FaultArgs args = parse_args(options.args, options.quick);
-  const std::string launcher = std::string(MOERL_SOURCE_DIR) + "/scripts/launch.sh";
-  if (!fs::exists(launcher)) throw moerl::Error("bench faults: no launcher at " + launcher);
+  const std::string launcher = moerl::bench::launcher_path("bench faults");
   fs::create_directories(args.dir);
   moerl::bench::BenchReport report;
   std::map<std::string, double> baseline;
@@ -233,7 +171,7 @@ moerl::bench::BenchReport run_faults_bench(const moerl::bench::BenchOptions& opt
     const std::string log = args.dir + "/faults-" + fault.name + ".log";
     std::cout << "bench faults: " << fault.name << (fault.plan.empty() ? "" : " (" + fault.plan + ")") << "... "
               << std::flush;
-    const int status = run_job(job_argv(args, fault, launcher), log, 600);
+    const int status = moerl::bench::run_job(job_argv(args, fault, launcher), log, 600, "bench faults");
     std::cout << "exit status " << status << " (log: " << log << ")\n" << std::flush;
     moerl::bench::BenchCase c;
     c.name = fault.name;

@@ -11,6 +11,7 @@ PACKAGES=(
   libhdf5-dev                  # checkpoints
   libspdlog-dev libcli11-dev catch2 libtomlplusplus-dev
   libpcre2-dev libicu-dev       # BPE tokenizer: split regexes, NFC
+  python3-matplotlib           # learning-curve plots of moerl bench algos (scripts/plot_curves.py)
 )
 
 missing=()

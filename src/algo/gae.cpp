@@ -52,18 +52,16 @@ TurnLayout make_turn_layout(const torch::Tensor& sequence_index, const torch::Te
     ttv[t] = m;
     if (gv[t]) fgv[m] = std::min(fgv[m], t);
   }
+  // V(s_k) is read where the policy scored action k's first token: that
+  // position's hidden state has read every observation token before the
+  // action (position t holds the state after input token t, which predicts
+  // target t). One position earlier would miss the last observation token.
   auto value_position = torch::empty({turns}, torch::kLong);
   auto* vpv = value_position.data_ptr<std::int64_t>();
   for (std::int64_t m = 0; m < turns; ++m) {
-    const std::int64_t p = fgv[m];
-    MOERL_CHECK(p < tokens, "make_turn_layout: turn " + std::to_string(m - ov[tev[m]]) +
-                                " of episode " + std::to_string(tev[m]) +
-                                " has no generated token");
-    MOERL_CHECK(p > 0 && sv[p - 1] == tev[m],
-                "make_turn_layout: the first generated token of turn " +
-                    std::to_string(m - ov[tev[m]]) + " of episode " + std::to_string(tev[m]) +
-                    " opens its sequence: there is no observation to read V(s) at");
-    vpv[m] = p - 1;
+    MOERL_CHECK(fgv[m] < tokens, "make_turn_layout: turn " + std::to_string(m - ov[tev[m]]) +
+                                     " of episode " + std::to_string(tev[m]) + " has no generated token");
+    vpv[m] = fgv[m];
   }
   const auto device = sequence_index.device();
   TurnLayout layout;

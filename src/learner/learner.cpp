@@ -374,7 +374,7 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
     line << " | env failures " << st.env_failures << " (" << st.failed_groups << " groups left with nothing to train on)";
   if (value_head_)
     line << std::setprecision(3) << " | value loss " << st.value_loss << " ev " << std::setprecision(2)
-         << st.explained_variance;
+         << st.explained_variance << " (group means " << st.group_explained_variance << ")";
   if (st.router_disagreement >= 0) line << " | router disagrees " << std::setprecision(1) << 100 * st.router_disagreement << "%";
   std::printf("%s\n", line.str().c_str());
   std::fflush(stdout);
@@ -385,9 +385,12 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
   m.add("learner.failed_groups", static_cast<double>(st.failed_groups));
   m.add("learner.step_env_failures", static_cast<double>(st.env_failures));
   m.add("learner.generated_tokens", static_cast<double>(st.generated_tokens));
+  m.add("learner.zero_variance_groups", static_cast<double>(st.zero_variance_groups));
   m.record("learner.update_s", st.update_s);
   m.set("learner.kl", st.kl);
   m.set("learner.entropy", st.entropy);
+  m.set("learner.loss", st.loss);
+  m.set("learner.group_explained_variance", st.group_explained_variance);
   if (value_head_) {
     m.set("learner.value_loss", st.value_loss);
     m.set("learner.value_mean", st.value_mean);

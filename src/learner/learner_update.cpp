@@ -121,6 +121,12 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
     targets.final_bonus.assign(penalty.data_ptr<float>(), penalty.data_ptr<float>() + n);
   }
   const torch::Tensor groups = torch::tensor(group_values);
+  {
+    // Dr.GRPO's advantages are the rewards minus their group's mean.
+    const double total = (rewards - rewards.mean()).pow(2).sum().item<double>();
+    const double within = algo::dr_grpo_advantages(rewards, groups).pow(2).sum().item<double>();
+    st.group_explained_variance = total > 0 ? 1.0 - within / total : 0.0;
+  }
   targets.kept = torch::ones({n}, torch::kFloat32);
   const bool ppo = config_.algo.advantage == config::AdvantageEstimator::Ppo;
   // PPO's baseline is the value head, not the group: equal rewards still teach the critic.

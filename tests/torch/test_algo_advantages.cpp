@@ -95,7 +95,8 @@ TEST_CASE("Overlong penalty is linear inside the cache window", "[algo]") {
   CHECK_THROWS_AS(algo::overlong_penalty(i64({1}), o), moerl::Error);
 }
 
-TEST_CASE("Turn layout reads V(s) at the last observation token", "[algo]") {
+TEST_CASE("Turn layout reads V(s) where each action's first token is scored", "[algo]") {
+  // Positions are packed targets (position t holds the state that scores target t).
   // Episode 0: turn 0 = obs[0] act[1,2]; turn 1 = obs[3,4] act[5] trailing obs[6].
   // Episode 1: turn 0 = obs[7] act[8]; turn 1 = obs[9] act[10].
   auto seq = i64({0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1});
@@ -105,18 +106,23 @@ TEST_CASE("Turn layout reads V(s) at the last observation token", "[algo]") {
   CHECK(layout.num_turns == 4);
   require_values("token_turn", layout.token_turn.to(torch::kDouble), {0, 0, 0, 1, 1, 1, 1, 2, 2, 3, 3}, 0);
   require_values("turn_episode", layout.turn_episode.to(torch::kDouble), {0, 0, 1, 1}, 0);
-  require_values("value_position", layout.value_position.to(torch::kDouble), {0, 4, 7, 9}, 0);
+  // The state that scores each action's first token has read the whole
+  // observation before it: positions 1, 5, 8 and 10 (not 0, 4, 7, 9, which
+  // miss the observation's last token).
+  require_values("value_position", layout.value_position.to(torch::kDouble), {1, 5, 8, 10}, 0);
   require_values("turn_offsets", layout.turn_offsets.to(torch::kDouble), {0, 2, 4}, 0);
 
   auto token_values = torch::arange(11, torch::kDouble).mul(0.1).set_requires_grad(true);
   auto v = algo::gather_turn_values(token_values, layout);
-  require_values("turn values", v, {0.0, 0.4, 0.7, 0.9}, 1e-12);
+  require_values("turn values", v, {0.1, 0.5, 0.8, 1.0}, 1e-12);
   v.sum().backward();
-  require_values("value grad", token_values.grad(), {1, 0, 0, 0, 1, 0, 0, 1, 0, 1, 0}, 0);
+  require_values("value grad", token_values.grad(), {0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 1}, 0);
 
-  // A turn without an action, and an action opening its sequence, are errors.
+  // An action at an episode's first target is read there (its state has read the episode's first token).
+  auto opening = algo::make_turn_layout(i64({0, 0, 1, 1}), i64({0, 0, 0, 0}), i64({1, 0, 0, 1}), 2);
+  require_values("value_position of an opening action", opening.value_position.to(torch::kDouble), {0, 3}, 0);
+  // A turn without an action is an error.
   CHECK_THROWS_AS(algo::make_turn_layout(i64({0, 0, 0}), i64({0, 0, 1}), i64({0, 1, 0}), 1), moerl::Error);
-  CHECK_THROWS_AS(algo::make_turn_layout(i64({0, 1, 1}), i64({0, 0, 0}), i64({0, 1, 1}), 2), moerl::Error);
 }
 
 TEST_CASE("GAE over turns matches the hand-rolled recursion", "[algo]") {

@@ -4,11 +4,13 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <vector>
 
 #include "algo_test_support.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/ppo_targets.h"
+#include "moerl/model/policy.h"
 
 using namespace moerl;
 using algo_test::require_close_values;
@@ -94,7 +96,7 @@ TEST_CASE("PPO targets: GAE over turns with a zero critic, and the value loss gr
   CHECK(bias_grad.item<double>() == Approx(-1.2).epsilon(1e-6));
 }
 
-TEST_CASE("PPO targets: the critic is read at the last observation token before each action", "[learner][ppo]") {
+TEST_CASE("PPO targets: the critic is read where each action's first token is scored", "[learner][ppo]") {
   Fixture f;
   const learner::EpisodeBatch batch = learner::make_episode_batch(f.episodes, false);
   const std::int64_t tokens = batch.targets.size(0);
@@ -118,17 +120,60 @@ TEST_CASE("PPO targets: the critic is read at the last observation token before 
   options.lambda = 1.0;
   options.whiten_advantages = false;
   const learner::PpoTargets t = learner::ppo_targets(batch, hidden, *head, f.episodes, f.bonus, options);
-  // Value positions (packed): A's actions start at targets 2 and 7 -> read at
-  // 1 and 6; B's (packed from 10) at 11 and 14 -> 10 and 13; C's at 16 -> 15.
+  // Value positions (packed): A's actions start at targets 2 and 7; B's
+  // (packed from 10) at 11 and 14; C's at 16. The hidden state at those
+  // positions is the one that scored the action's first token.
   // lambda = gamma = 1: A_k = (reward to go) - V_k.
-  //   A: A0 = 2.5 - 1 = 1.5, A1 = 2 - 6 = -4;  B: A0 = -0.25 - 10, A1 = -0.5 - 13;  C: 3 - 15.
+  //   A: A0 = 2.5 - 2, A1 = 2 - 7;  B: A0 = -0.25 - 11, A1 = -0.5 - 14;  C: 3 - 16.
   const std::vector<double> got = as_doubles(t.token_advantages);
-  CHECK(got[0] == Approx(1.5).margin(1e-4));
-  CHECK(got[4] == Approx(-4.0).margin(1e-4));
-  CHECK(got[10] == Approx(-10.25).margin(1e-4));
-  CHECK(got[13] == Approx(-13.5).margin(1e-4));
-  CHECK(got[17] == Approx(-12.0).margin(1e-4));
-  CHECK(t.value_mean == Approx((1 + 6 + 10 + 13 + 15) / 5.0).margin(1e-4));
+  CHECK(got[0] == Approx(0.5).margin(1e-4));
+  CHECK(got[4] == Approx(-5.0).margin(1e-4));
+  CHECK(got[10] == Approx(-11.25).margin(1e-4));
+  CHECK(got[13] == Approx(-14.5).margin(1e-4));
+  CHECK(got[17] == Approx(-13.0).margin(1e-4));
+  CHECK(t.value_mean == Approx((2 + 7 + 11 + 14 + 16) / 5.0).margin(1e-4));
+}
+
+TEST_CASE("PPO targets: V(s) of a real policy sees the observation's last token", "[learner][ppo]") {
+  // Two one-turn episodes that differ only in the last observation token
+  // before the action (as the chat layout's assistant header ends every
+  // observation). The policy's state that scores the action has read that
+  // token, so the critic's V(s) must depend on it; a critic read one
+  // position earlier could not tell the two states apart.
+  config::ModelSection model;
+  model.vocab_size = 64;
+  model.d_model = 16;
+  model.num_layers = 1;
+  model.num_heads = 2;
+  model.num_kv_heads = 1;
+  model.d_ff = 32;
+  model.max_seq_len = 16;
+  config::MoeSection moe;
+  moe.enabled = false;
+  torch::manual_seed(5);
+  model::Policy policy(model, moe);
+  policy->eval();
+  auto one_turn = [](std::int32_t last_observation_token) {
+    rollout::Trajectory t = episode({0, 0, 0, 0, 1, 1}, {1.f});
+    t.tokens = {1, 10, 20, last_observation_token, 30, 31};
+    return t;
+  };
+  std::vector<rollout::Trajectory> storage{one_turn(40), one_turn(41)};
+  const std::vector<const rollout::Trajectory*> episodes{&storage[0], &storage[1]};
+  const learner::EpisodeBatch batch = learner::make_episode_batch(episodes, false);
+  torch::NoGradGuard no_grad;
+  const model::PolicyOutput out = policy->forward(batch.inputs, batch.lengths);
+  learner::ValueHead head(model.d_model);
+  torch::nn::init::normal_(head->named_parameters()["output.weight"], 0.0, 1.0);
+  learner::PpoOptions options;
+  options.lambda = 1.0;
+  options.whiten_advantages = false;
+  const learner::PpoTargets t = learner::ppo_targets(batch, out.hidden, *head, episodes, {0.f, 0.f}, options);
+  // Same reward, so the advantages (1 - V) differ exactly where the values do.
+  const std::vector<double> got = as_doubles(t.token_advantages);
+  REQUIRE(got.size() == 10);
+  INFO("A of episode 0: " << got[0] << ", of episode 1: " << got[5]);
+  CHECK(std::fabs(got[0] - got[5]) > 1e-4);
 }
 
 TEST_CASE("PPO targets: whitened advantages have zero mean and unit std over turns", "[learner][ppo]") {

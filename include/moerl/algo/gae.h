@@ -15,17 +15,19 @@ namespace moerl::algo {
 struct TurnLayout {
   torch::Tensor token_turn;      // [T] int64: flat turn id of every token
   torch::Tensor turn_episode;    // [M] int64: episode of each turn (nondecreasing)
-  torch::Tensor value_position;  // [M] int64: token whose value-head output is V(s_k)
+  torch::Tensor value_position;  // [M] int64: position whose value-head output is V(s_k)
   torch::Tensor turn_offsets;    // [N+1] int64: first flat turn of each episode
   std::int64_t num_turns = 0;    // M
 };
 
-// Builds the turn bookkeeping from the token layout (token_batch.h). The state
-// value of turn k is read at the last token before the turn's first generated
-// token, i.e. the last token of turn k's observation: the prefix the policy
-// saw when it started action k. Throws moerl::Error when a turn has no
-// generated token or its first generated token opens its sequence.
-// Bookkeeping runs on the host; results are on sequence_index's device.
+// Builds the turn bookkeeping from the token layout (token_batch.h), whose
+// positions are the learner's packed targets: position t holds the model's
+// state after its input token t, the state that scores target t. The state
+// value of turn k is read at the position of the turn's first generated
+// target: that state has read all of turn k's observation, the prefix the
+// policy saw when it started action k. Throws moerl::Error when a turn has no
+// generated token. Bookkeeping runs on the host; results are on
+// sequence_index's device.
 TurnLayout make_turn_layout(const torch::Tensor& sequence_index, const torch::Tensor& turn_index,
                             const torch::Tensor& loss_mask, std::int64_t num_sequences);
 

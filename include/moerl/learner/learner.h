@@ -72,6 +72,11 @@ struct StepStats {
   double value_loss = 0;              // PPO only
   double value_mean = 0;
   double explained_variance = 0;
+  // Share of the step's reward variance that the task explains: 1 - (variance
+  // around each group's mean) / (variance around the batch mean). The
+  // baseline quality of GRPO-family advantages, next to PPO's critic's
+  // explained_variance.
+  double group_explained_variance = 0;
   double router_disagreement = -1;   // measured every [algo] routing_check_interval steps; -1 = not this step
   double update_s = 0;
   double sync_s = 0;
