@@ -4,9 +4,10 @@
 // For every k, in this one process (no MPI job):
 //   decode    tokens/s and p50/p99 step latency of the GenerationEngine with
 //             rollout.sessions_per_actor sessions (an actor's decode batch),
-//             every one decoding from a held-out task statement. Rounds
-//             interleave the k's, so that a machine that slows down or
-//             speeds up during the run weighs on every k alike.
+//             every one decoding from a held-out task statement. One engine
+//             per k, stepped in turn (one step of each k, then the next), so
+//             that a machine that slows down or speeds up during the run
+//             weighs on every k alike.
 //   success   held-out success per family: N episodes per family (default
 //             rollout.eval_episodes) on fixed seeds, the same for every k,
 //             played against the built-in environments directly with the
@@ -18,6 +19,7 @@
 // Timings on a shared machine are noisy: compare the ratios side by side.
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -225,15 +227,15 @@ std::map<std::string, std::int64_t> play_held_out(model::Policy& policy, const c
 
 struct KResult {
   std::int64_t k = 0;
-  std::vector<double> step_s;  // every timed decode step, all rounds
-  std::int64_t tokens = 0;
-  double total_s = 0;
+  std::vector<double> step_s;  // wall seconds of every timed decode step
   std::map<std::string, double> success;  // per family, 0..1
   double mean_success = 0;
 
-  double tokens_per_s() const { return total_s > 0 ? static_cast<double>(tokens) / total_s : 0.0; }
-  std::map<std::string, double> metrics() const {
-    std::map<std::string, double> m{{"tokens_per_s", tokens_per_s()},
+  std::map<std::string, double> metrics(std::int64_t sessions) const {
+    double total_s = 0;
+    for (double t : step_s) total_s += t;
+    const double tokens = static_cast<double>(sessions) * static_cast<double>(step_s.size());
+    std::map<std::string, double> m{{"tokens_per_s", total_s > 0 ? tokens / total_s : 0.0},
                                     {"p50_step_ms", percentile(step_s, 0.5) * 1e3},
                                     {"p99_step_ms", percentile(step_s, 0.99) * 1e3},
                                     {"success_mean", mean_success}};
@@ -242,8 +244,23 @@ struct KResult {
   }
 };
 
+// Half-width (0..1) of the 95% interval of mean_success(r) - mean_success(base)
+// over `n` episodes per family, treating the two as independent samples
+// (normal approximation). The k's share their seeds, which only narrows the
+// true interval, so this errs on the wide side. 0 for the baseline itself.
+double mean_gap_ci95(const KResult& r, const KResult& base, std::int64_t n) {
+  if (r.k == base.k) return 0.0;
+  double variance = 0;
+  for (const auto& [family, p] : r.success) {
+    const double q = base.success.at(family);
+    variance += (p * (1 - p) + q * (1 - q)) / static_cast<double>(n);
+  }
+  const auto families = static_cast<double>(r.success.size());
+  return 1.96 * std::sqrt(variance) / families;
+}
+
 std::string trade_off_table(const std::vector<KResult>& results, const KResult& base,
-                            const std::vector<std::string>& families) {
+                            const std::vector<std::string>& families, std::int64_t episodes, std::int64_t sessions) {
   std::ostringstream out;
   char cell[64];
   out << "  k   tokens/s      x   p50 ms      x   p99 ms      x";
@@ -251,10 +268,10 @@ std::string trade_off_table(const std::vector<KResult>& results, const KResult& 
     std::snprintf(cell, sizeof cell, " %10.10s", f.c_str());
     out << cell;
   }
-  out << "    mean  d mean\n";
-  const auto base_m = base.metrics();
+  out << "    mean  d mean  +-95%\n";
+  const auto base_m = base.metrics(sessions);
   for (const KResult& r : results) {
-    const auto m = r.metrics();
+    const auto m = r.metrics(sessions);
     const auto ratio = [&](const char* key) { return base_m.at(key) > 0 ? m.at(key) / base_m.at(key) : 0.0; };
     std::snprintf(cell, sizeof cell, "%3lld", static_cast<long long>(r.k));
     out << cell;
@@ -266,8 +283,8 @@ std::string trade_off_table(const std::vector<KResult>& results, const KResult& 
       std::snprintf(cell, sizeof cell, " %9.1f%%", 100 * r.success.at(f));
       out << cell;
     }
-    std::snprintf(cell, sizeof cell, " %6.1f%% %+7.1f\n", 100 * r.mean_success,
-                  100 * (r.mean_success - base.mean_success));
+    std::snprintf(cell, sizeof cell, " %6.1f%% %+7.1f %6.1f\n", 100 * r.mean_success,
+                  100 * (r.mean_success - base.mean_success), 100 * mean_gap_ci95(r, base, episodes));
     out << cell;
   }
   return out.str();
@@ -280,7 +297,7 @@ BenchReport run_topk_bench(const BenchOptions& options) {
   const std::vector<std::int64_t> ks = resolve_ks(args.ks, config.moe);
   const std::int64_t episodes =
       args.episodes > 0 ? args.episodes : options.quick ? 4 : std::max<std::int64_t>(config.rollout.eval_episodes, 1);
-  const std::int64_t steps = options.quick ? 8 : 64, warmup = options.quick ? 2 : 4, rounds = options.quick ? 2 : 3;
+  const std::int64_t steps = options.quick ? 8 : 256, warmup = options.quick ? 2 : 4;
   torch::NoGradGuard no_grad;
   model::Policy policy = make_policy(config, args.init_path);
   const model::EpisodeFormat format = model::make_episode_format(config.model, config.chat);
@@ -294,15 +311,29 @@ BenchReport run_topk_bench(const BenchOptions& options) {
   }
   std::vector<KResult> results(ks.size());
   for (std::size_t i = 0; i < ks.size(); ++i) results[i].k = ks[i];
-  for (std::int64_t round = 0; round < rounds; ++round) {
-    for (KResult& r : results) {
-      // One engine at a time: an engine sets the active experts of the policy they share.
-      rollout::GenerationEngine engine(policy, engine_options(config, format, r.k));
-      const DecodeTiming timing = time_decode_steps(engine, prompts, steps, warmup);
-      r.step_s.insert(r.step_s.end(), timing.step_s.begin(), timing.step_s.end());
-      r.tokens += timing.tokens;
-      r.total_s += timing.total_s;
+  {
+    // One engine per k over the one policy: each sets the policy's active
+    // experts when built, so they are set again before each engine's step.
+    std::vector<std::unique_ptr<rollout::GenerationEngine>> engines;
+    for (const KResult& r : results) {
+      engines.push_back(std::make_unique<rollout::GenerationEngine>(policy, engine_options(config, format, r.k)));
+      start_decode_sessions(*engines.back(), prompts, warmup + steps + 1);
     }
+    auto step = [&](std::size_t i) {
+      policy->set_active_experts(results[i].k);
+      const auto start = std::chrono::steady_clock::now();
+      engines[i]->step();
+      return seconds_since(start);
+    };
+    for (std::int64_t w = 0; w < warmup; ++w)
+      for (std::size_t i = 0; i < results.size(); ++i) step(i);
+    // Step by step, the k's in turn (and the first of each turn rotating),
+    // so that whatever else the machine does falls on every k alike.
+    for (std::int64_t n = 0; n < steps; ++n)
+      for (std::size_t j = 0; j < results.size(); ++j) {
+        const std::size_t i = (j + static_cast<std::size_t>(n)) % results.size();
+        results[i].step_s.push_back(step(i));
+      }
   }
   for (KResult& r : results) {
     const std::map<std::string, std::int64_t> won = play_held_out(policy, config, format, r.k, tasks);
@@ -316,18 +347,19 @@ BenchReport run_topk_bench(const BenchOptions& options) {
 
   std::printf("bench topk: %lld experts, trained with moe.top_k = %lld (the baseline of every ratio)\n",
               static_cast<long long>(config.moe.num_experts), static_cast<long long>(config.moe.top_k));
-  std::printf("decode: %lld sessions, %lld rounds x %lld steps per k; x = this k / k = %lld (tokens/s: higher is "
-              "faster; latency: lower is faster)\n",
-              static_cast<long long>(config.rollout.sessions_per_actor), static_cast<long long>(rounds),
-              static_cast<long long>(steps), static_cast<long long>(config.moe.top_k));
+  std::printf("decode: %lld sessions, %lld steps per k, the k's stepped in turn; x = this k / k = %lld (tokens/s: "
+              "higher is faster; latency: lower is faster)\n",
+              static_cast<long long>(config.rollout.sessions_per_actor), static_cast<long long>(steps),
+              static_cast<long long>(config.moe.top_k));
   char sampled[48] = "greedy";
   if (config.rollout.eval_temperature > 0)
     std::snprintf(sampled, sizeof sampled, "sampled at temperature %g", config.rollout.eval_temperature);
-  std::printf("held-out success: %lld episodes per family on the same seeds for every k, %s; d mean in points "
-              "against k = %lld; 95%% interval about +-%.0f points per family at 50%%\n",
-              static_cast<long long>(episodes), sampled, static_cast<long long>(config.moe.top_k),
-              196 * std::sqrt(0.25 / static_cast<double>(episodes)));
-  std::printf("%s\n", trade_off_table(results, base, config.env.families).c_str());
+  std::printf("held-out success: %lld episodes per family on the same seeds for every k, %s (95%% interval about "
+              "+-%.0f points per family at 50%%); d mean: points of mean success against k = %lld, +-95%%: the "
+              "interval of that difference (independent samples assumed: wide for shared seeds)\n",
+              static_cast<long long>(episodes), sampled, 196 * std::sqrt(0.25 / static_cast<double>(episodes)),
+              static_cast<long long>(config.moe.top_k));
+  std::printf("%s\n", trade_off_table(results, base, config.env.families, episodes, config.rollout.sessions_per_actor).c_str());
 
   BenchReport report;
   report.bench = "topk";
@@ -340,8 +372,10 @@ BenchReport run_topk_bench(const BenchOptions& options) {
                 {"sessions", config.rollout.sessions_per_actor},
                 {"episodes_per_family", episodes},
                 {"eval_temperature", config.rollout.eval_temperature}};
-    c.metrics = r.metrics();
-    c.baseline = base.metrics();
+    c.metrics = r.metrics(config.rollout.sessions_per_actor);
+    c.metrics["success_mean_gap"] = r.mean_success - base.mean_success;
+    c.metrics["success_mean_gap_ci95"] = mean_gap_ci95(r, base, episodes);
+    c.baseline = base.metrics(config.rollout.sessions_per_actor);
     c.ratio_metric = "tokens_per_s";
     report.cases.push_back(c);
   }

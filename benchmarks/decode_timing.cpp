@@ -7,20 +7,18 @@
 
 namespace moerl::bench {
 
-DecodeTiming time_decode_steps(rollout::GenerationEngine& engine,
-                               const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t steps,
-                               std::int64_t warmup) {
+void start_decode_sessions(rollout::GenerationEngine& engine, const std::vector<std::vector<std::int64_t>>& prompts,
+                           std::int64_t tokens_each) {
   rollout::SamplingParams sampling;
   sampling.greedy = true;
   rollout::StopParams stop;
   stop.stop_on_eot = false;
-  // One more than the steps: the prefill step samples the first token.
-  stop.max_turn_tokens = warmup + steps + 1;
+  stop.max_turn_tokens = tokens_each;
   for (std::size_t s = 0; s < prompts.size(); ++s) {
-    const auto room = static_cast<std::int64_t>(prompts[s].size()) + stop.max_turn_tokens;
+    const auto room = static_cast<std::int64_t>(prompts[s].size()) + tokens_each;
     MOERL_CHECK(room < engine.context_budget(), "decode timing: prompt " + std::to_string(s) + " (" +
                                                     std::to_string(prompts[s].size()) + " tokens) and " +
-                                                    std::to_string(stop.max_turn_tokens) +
+                                                    std::to_string(tokens_each) +
                                                     " decoded tokens exceed the context budget of " +
                                                     std::to_string(engine.context_budget()));
     const auto id = static_cast<std::uint64_t>(s);
@@ -29,6 +27,13 @@ DecodeTiming time_decode_steps(rollout::GenerationEngine& engine,
     engine.start_turn(id, sampling, stop);
   }
   engine.step();  // prefill + first token
+}
+
+DecodeTiming time_decode_steps(rollout::GenerationEngine& engine,
+                               const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t steps,
+                               std::int64_t warmup) {
+  // One more than the steps: the prefill step samples the first token.
+  start_decode_sessions(engine, prompts, warmup + steps + 1);
   for (std::int64_t i = 0; i < warmup; ++i) engine.step();
   DecodeTiming timing;
   const auto start = std::chrono::steady_clock::now();

@@ -20,6 +20,14 @@ struct DecodeTiming {
   double tokens_per_s() const { return total_s > 0 ? static_cast<double>(tokens) / total_s : 0.0; }
 };
 
+// One session per prompt on `engine` (ids 0..n-1, which must be free), each
+// generating `tokens_each` tokens greedily with no stop but that count,
+// prefilled together with their first token (one engine step, untimed).
+// Each prompt must leave room for tokens_each in the context budget, or
+// this throws.
+void start_decode_sessions(rollout::GenerationEngine& engine, const std::vector<std::vector<std::int64_t>>& prompts,
+                           std::int64_t tokens_each);
+
 // One session per prompt on `engine` (ids 0..n-1, which must be free),
 // prefilled together with their first token and `warmup` decode steps
 // (untimed), then `steps` timed decode steps in which every session decodes

@@ -14,31 +14,37 @@ python3 - bench.txt topk.json <<'PY' || { fail "bench topk table and report"; se
 import json, math, sys
 lines = open(sys.argv[1]).read().splitlines()
 head = next(i for i, l in enumerate(lines) if l.split()[:2] == ["k", "tokens/s"])
-assert lines[head].split()[9:] == ["arithmetic", "guess", "sort", "mean", "d", "mean"], lines[head]
+assert lines[head].split()[9:] == ["arithmetic", "guess", "sort", "mean", "d", "mean", "+-95%"], lines[head]
 rows = [l.split() for l in lines[head + 1:head + 4]]
 assert [r[0] for r in rows] == ["1", "2", "4"], rows
 for r in rows:
-    assert len(r) == 12, r
+    assert len(r) == 13, r
     numbers = [float(c.rstrip("%")) for c in r[1:]]
     assert all(math.isfinite(v) for v in numbers), r
     assert numbers[0] > 0 and numbers[2] > 0 and numbers[4] > 0, r  # tokens/s, p50 and p99 ms
     assert all(0 <= v <= 100 for v in numbers[6:10]), r  # success percentages
+    assert numbers[11] >= 0, r  # the interval's half-width
 base = rows[1]
 assert base[2] == base[4] == base[6] == "1.00", base
-assert base[11] == "+0.0", base
+assert base[11] == "+0.0" and base[12] == "0.0", base
 report = json.load(open(sys.argv[2]))
 assert report["bench"] == "topk", report["bench"]
 cases = {c["name"]: c for c in report["cases"]}
 assert list(cases) == ["k=1", "k=2", "k=4"], list(cases)
 for name, c in cases.items():
     m = c["metrics"]
-    assert set(m) == {"tokens_per_s", "p50_step_ms", "p99_step_ms", "success_mean",
-                      "success_arithmetic", "success_guess", "success_sort"}, m
+    own = {"tokens_per_s", "p50_step_ms", "p99_step_ms", "success_mean",
+           "success_arithmetic", "success_guess", "success_sort"}
+    assert set(m) == own | {"success_mean_gap", "success_mean_gap_ci95"}, m
     assert all(math.isfinite(v) for v in m.values()), m
-    assert c["baseline"] == cases["k=2"]["metrics"], c
+    assert c["baseline"] == {k: v for k, v in cases["k=2"]["metrics"].items() if k in own}, c
+    mean = sum(m["success_" + f] for f in ("arithmetic", "guess", "sort")) / 3
+    assert abs(m["success_mean"] - mean) < 1e-12, m
+    assert abs(m["success_mean_gap"] - (m["success_mean"] - c["baseline"]["success_mean"])) < 1e-12, m
     assert c["params"]["model_top_k"] == 2 and c["params"]["experts"] == 4, c["params"]
     assert c["params"]["k"] == int(name[2:]), c["params"]
 assert cases["k=2"]["ratio"] == 1.0, cases["k=2"]
+assert cases["k=2"]["metrics"]["success_mean_gap"] == 0 and cases["k=2"]["metrics"]["success_mean_gap_ci95"] == 0
 PY
 
 "$MOERL" bench topk --quick --config "$CONFIG" "${TINY[@]}" --k 1,5 >bad.txt 2>&1
