@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "decode_timing.h"
 #include "moerl/bench/registry.h"
+#include "moerl/bench/timing.h"
 #include "moerl/model/policy.h"
 #include "moerl/model/tokenizer.h"
 #include "moerl/rollout/generation_engine.h"
@@ -21,15 +23,6 @@ namespace moerl::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
 
 // Peak-ish matmul throughput of this machine (float32, all compute threads).
 double matmul_gflops(std::int64_t n, int reps) {
@@ -91,30 +84,14 @@ Measured run_engine(model::Policy& policy, std::int64_t sessions, std::int64_t c
   rollout::EngineOptions options;
   options.max_step_tokens = 1 << 20;
   rollout::GenerationEngine engine(policy, options);
-  rollout::SamplingParams sampling;
-  rollout::StopParams stop;
-  stop.stop_on_eot = false;
-  stop.max_turn_tokens = steps + 1;
-  for (std::int64_t s = 0; s < sessions; ++s) {
-    const auto id = static_cast<std::uint64_t>(s);
-    engine.add_session(id, id + 1);
-    engine.append_prompt(id, make_prompt(ctx, s));
-    engine.start_turn(id, sampling, stop);
-  }
-  engine.step();  // prefill + first token
-  std::vector<double> times;
-  const auto t0 = Clock::now();
-  for (std::int64_t i = 0; i < steps; ++i) {
-    const auto ts = Clock::now();
-    engine.step();
-    times.push_back(seconds_since(ts));
-  }
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (std::int64_t s = 0; s < sessions; ++s) prompts.push_back(make_prompt(ctx, s));
+  const DecodeTiming timing = time_decode_steps(engine, prompts, steps);
   Measured m;
-  const double total = seconds_since(t0);
-  m.tokens_per_s = static_cast<double>(sessions * steps) / total;
-  m.p99_step_s = percentile(times, 0.99);
-  m.mean_step_s = total / static_cast<double>(steps);
-  m.kv_bytes = static_cast<double>(engine.kv_bytes_in_use());
+  m.tokens_per_s = timing.tokens_per_s();
+  m.p99_step_s = percentile(timing.step_s, 0.99);
+  m.mean_step_s = timing.total_s / static_cast<double>(steps);
+  m.kv_bytes = static_cast<double>(timing.kv_bytes);
   return m;
 }
 

@@ -303,6 +303,34 @@ class Loader {
               "leaves no MoE layer: must be < model.num_layers (" +
                   std::to_string(m.num_layers) + ")");
     }
+    check_rollout_experts();
+  }
+
+  // rollout.moe_top_k: after apply_hf_source, so that an hf: model's
+  // num_experts and top_k (from its config.json) are the ones checked.
+  void check_rollout_experts() {
+    const MoeSection& e = config_.moe;
+    const std::int64_t k = config_.rollout.moe_top_k;
+    if (k <= 0) return;  // 0: moe.top_k; below 0 the range check has spoken
+    // A failed hf: source left the [moe] defaults: nothing sound to check against.
+    for (const ConfigIssue& issue : issues_)
+      if (issue.key == "model.source") return;
+    if (!e.enabled) {
+      require(false, "rollout.moe_top_k", "has no effect on a dense model (moe.enabled = false): leave it 0");
+      return;
+    }
+    require(k <= e.num_experts, "rollout.moe_top_k",
+            "must be <= moe.num_experts (" + std::to_string(e.num_experts) + "), got " + std::to_string(k));
+    // Routing replay makes the learner route each token to the experts the
+    // actor chose; k' experts cannot stand in for the learner's moe.top_k
+    // without changing what it trains. Refused rather than silently skipped:
+    // routing_replay is on by default, and what the run trains would change.
+    require(k == e.top_k || !config_.algo.routing_replay, "rollout.moe_top_k",
+            "= " + std::to_string(k) + " differs from moe.top_k = " + std::to_string(e.top_k) +
+                ", and algo.routing_replay = true cannot replay " + std::to_string(k) +
+                " experts per token in a learner that routes with " + std::to_string(e.top_k) +
+                ": set algo.routing_replay = false (the importance weights then correct for the other "
+                "routing) or rollout.moe_top_k = 0");
   }
 
   // [chat]: building the episode format loads the tokenizer and checks the

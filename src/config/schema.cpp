@@ -337,6 +337,12 @@ SectionSpec rollout_section() {
   b.field("temperature", &RolloutSection::temperature, "Sampling temperature; 0 = greedy.").at_least(0);
   b.field("top_p", &RolloutSection::top_p, "Nucleus sampling mass.").between(0, 1);
   b.field("top_k", &RolloutSection::top_k, "Keep the k most likely tokens; 0 = off.").at_least(0);
+  b.field("moe_top_k", &RolloutSection::moe_top_k,
+          "MoE experts active per token while generating; not top_k, which filters sampled tokens. "
+          "0 = the model's moe.top_k (config.json's for hf: models, which this may override), else at "
+          "most moe.num_experts. The learner keeps moe.top_k, and its importance weights correct for "
+          "the other behaviour log-probs; a k other than moe.top_k needs algo.routing_replay = false.")
+      .at_least(0);
   b.field("max_tokens_per_turn", &RolloutSection::max_tokens_per_turn, "Longest action of one turn.").at_least(1);
   b.field("max_tokens_per_episode", &RolloutSection::max_tokens_per_episode,
           "Context budget of one episode; reaching it ends the episode (flagged).")

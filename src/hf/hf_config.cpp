@@ -451,7 +451,11 @@ void apply_hf_source(config::Config& config) {
   if (!conflicts.empty()) {
     std::string text = (fs::path(dir) / "config.json").string() + " decides the architecture, but the run config sets:";
     for (const auto& c : conflicts) text += " " + c + ";";
-    throw HfConfigError(text + " remove those keys or make them agree");
+    text += " remove those keys or make them agree";
+    // The one architecture key with a run-time counterpart.
+    if (std::any_of(conflicts.begin(), conflicts.end(), [](const std::string& c) { return c.rfind("moe.top_k", 0) == 0; }))
+      text += " (rollout.moe_top_k sets the experts per token of rollouts; the learner keeps config.json's)";
+    throw HfConfigError(text);
   }
 }
 

@@ -29,6 +29,19 @@ model::Policy make_policy(const config::Config& config, const std::string& init_
   return policy;
 }
 
+// rollout.moe_top_k: the actors route with another k than the learner
+// trains with. Said once, by learner 0, for the job.
+void note_rollout_experts(const config::Config& config) {
+  const std::int64_t k = config.rollout.moe_top_k;
+  if (k == 0 || k == config.moe.top_k) return;
+  spdlog::warn(
+      "rollout.moe_top_k = {}: actors route each token to {} expert(s), the learner trains with moe.top_k = {}{}; "
+      "behaviour log-probs differ from the trained routing (the learner's importance weights correct for that); "
+      "no routing replay, and no router-disagreement check (learner.router_disagreement): it compares routings "
+      "of the same k",
+      k, k, config.moe.top_k, hf::hf_directory(config.model.source).empty() ? "" : " (config.json's)");
+}
+
 // After a role's own work, wait for learner 0's Stop so that every rank
 // leaves together (a bounded wait: a lost learner 0 must not hang us).
 void wait_for_stop(runtime::StopCoordinator& stop, double timeout_s, const std::string& who) {
@@ -79,6 +92,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       if (world.is_coordinator()) {
         const model::ParameterReport params = model::parameter_report(*policy);
         std::printf("%s\n", params.format().c_str());
+        note_rollout_experts(config);
       }
       comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
       std::unique_ptr<comm::MpiCommunicator> sync_comm;

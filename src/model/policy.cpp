@@ -90,6 +90,7 @@ PolicyImpl::PolicyImpl(const config::ModelSection& model, const config::MoeSecti
     decoder_layers.push_back(layer);
     if (layer->is_moe()) moe_layers_.push_back(l);
   }
+  active_experts_ = moe_layers_.empty() ? 0 : moe.top_k;
   norm = register_module("norm", RMSNorm(model.d_model, model.norm_eps));
   if (!model.tie_embeddings) {
     lm_head = register_module(
@@ -120,6 +121,20 @@ void PolicyImpl::reset_parameters() {
                                  ends_with(name, "down_proj.weight") || ends_with(name, "down_proj");
     p.normal_(0.0, residual_output ? residual_std : std_dev);
   }
+}
+
+void PolicyImpl::set_active_experts(std::int64_t k) {
+  if (moe_layers_.empty()) {
+    MOERL_CHECK(k == 0, "policy: " + std::to_string(k) + " active experts asked of a model without MoE layers");
+    return;
+  }
+  MOERL_CHECK(k >= 0 && k <= moe_.num_experts,
+              "policy: active experts must be 0 (moe.top_k = " + std::to_string(moe_.top_k) +
+                  ") or in [1, moe.num_experts = " + std::to_string(moe_.num_experts) + "], got " +
+                  std::to_string(k));
+  for (auto& layer : decoder_layers)
+    if (layer->is_moe()) layer->moe_mlp->set_active_experts(k);
+  active_experts_ = k == 0 ? moe_.top_k : k;
 }
 
 KVCache PolicyImpl::make_cache(std::int64_t initial_slots, std::int64_t initial_capacity) const {
@@ -179,9 +194,9 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
   if (forced_experts.defined()) {
     MOERL_CHECK(num_moe > 0, "policy: forced_experts given but the model has no MoE layer");
     MOERL_CHECK(forced_experts.dim() == 3 && forced_experts.size(0) == T &&
-                    forced_experts.size(1) == num_moe && forced_experts.size(2) == moe_.top_k,
-                "policy: forced_experts must be [T, moe_layers, top_k] = [" + std::to_string(T) + ", " +
-                    std::to_string(num_moe) + ", " + std::to_string(moe_.top_k) + "], got " +
+                    forced_experts.size(1) == num_moe && forced_experts.size(2) == active_experts_,
+                "policy: forced_experts must be [T, moe_layers, active experts] = [" + std::to_string(T) + ", " +
+                    std::to_string(num_moe) + ", " + std::to_string(active_experts_) + "], got " +
                     std::to_string(forced_experts.dim()) + " dims");
   }
   const torch::Tensor ids = tokens.reshape({-1}).index_select(0, batch.token_index);  // [T]
@@ -218,7 +233,7 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
   out.hidden = norm(h);
   out.logits = lm_head.is_empty() ? torch::nn::functional::linear(out.hidden, embed_tokens->weight)
                                   : lm_head(out.hidden);
-  if (!indices.empty()) out.expert_indices = torch::stack(indices, 1);  // [T, moe_layers, top_k]
+  if (!indices.empty()) out.expert_indices = torch::stack(indices, 1);  // [T, moe_layers, active experts]
   out.aux_loss = aux;
   return out;
 }

@@ -86,7 +86,7 @@ torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
 
 MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model,
                                        const config::MoeSection& moe)
-    : moe_(moe), d_model_(model.d_model) {
+    : moe_(moe), routing_(moe), d_model_(model.d_model) {
   TORCH_CHECK(moe.num_experts >= 1 && moe.top_k >= 1 && moe.top_k <= moe.num_experts,
               "moe: need 1 <= top_k (", moe.top_k, ") <= num_experts (", moe.num_experts, ")");
   TORCH_CHECK(moe.d_expert >= 1 && model.d_model >= 1, "moe: d_expert and d_model must be >= 1");
@@ -117,6 +117,12 @@ MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model,
   if (shared_expert_gate) shared_expert_gate->weight.normal_(0, std_in);
 }
 
+void MoeFeedForwardImpl::set_active_experts(std::int64_t k) {
+  TORCH_CHECK(k >= 0 && k <= moe_.num_experts, "moe: active experts must be 0 (moe.top_k = ", moe_.top_k,
+              ") or in [1, num_experts = ", moe_.num_experts, "], got ", k);
+  routing_.top_k = k == 0 ? moe_.top_k : k;
+}
+
 torch::Tensor shared_expert_output(MoeFeedForwardImpl& layer, const torch::Tensor& x) {
   torch::Tensor y = layer.shared_expert->forward(x);
   if (layer.shared_expert_gate) y = torch::sigmoid(layer.shared_expert_gate(x)) * y;
@@ -127,9 +133,9 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x, const torch::Tenso
   check_input(x, d_model_);
   const std::int64_t tokens = x.size(0);
   auto logits = gate(x);  // [T,E]
-  RouteResult r = route(logits, moe_, forced_experts);
+  RouteResult r = route(logits, routing_, forced_experts);
   RoutePlan plan = make_route_plan(r.expert_indices, moe_.num_experts,
-                                   expert_capacity(moe_, tokens), moe_.block_size);
+                                   expert_capacity(routing_, tokens), moe_.block_size);
   auto rows = dispatch(x, plan);                                            // [R, d_model]
   auto expert_out = grouped_swiglu(rows, experts->gate_proj, experts->up_proj,
                                    experts->down_proj, plan);               // [R, d_model]
@@ -152,7 +158,8 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x, const torch::Tenso
 
 MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& x,
                                 const torch::Tensor& forced_experts) {
-  const auto& moe = layer.moe_config();
+  config::MoeSection moe = layer.moe_config();
+  moe.top_k = layer.active_experts();  // route as the layer does now
   check_input(x, layer.gate->weight.size(1));
   const std::int64_t tokens = x.size(0);
   auto logits = layer.gate(x);

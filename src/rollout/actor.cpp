@@ -24,6 +24,7 @@ EngineOptions engine_options(const config::Config& config, const model::EpisodeF
   // episode (flagged) instead.
   options.context_policy = ContextPolicy::ContextEndEpisode;
   options.isolate_sessions = config.run.deterministic;
+  options.moe_top_k = config.rollout.moe_top_k;
   return options;
 }
 
@@ -71,7 +72,9 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
       receiver_(std::make_unique<sync::WeightReceiver>(
           sync_comm, weight_views_, sync::sync_options(config.sync, config.cluster.message_timeout_s))) {
   moe_layers_ = policy->num_moe_layers();
-  top_k_ = config.moe.enabled ? config.moe.top_k : 0;
+  // Trajectories carry the routing the engine recorded: rollout.moe_top_k
+  // experts per token when set, else moe.top_k.
+  top_k_ = engine_.routing_top_k();
   MOERL_CHECK(!config.moe.enabled || config.moe.num_experts <= 256,
               "trajectories store expert indices as bytes: [moe] num_experts must be <= 256");
   engine_.set_policy_version(0);

@@ -37,7 +37,8 @@ GenerationEngine::GenerationEngine(model::Policy policy, EngineOptions options)
   if (options_.max_kv_blocks > 0) budget_ = std::min(budget_, options_.max_kv_blocks * options_.block_size);
   MOERL_CHECK(budget_ >= 2, "rollout: the context budget must allow at least 2 tokens");
   moe_layers_ = policy_->num_moe_layers();
-  top_k_ = moe_layers_ > 0 ? policy_->moe_config().top_k : 0;
+  policy_->set_active_experts(options_.moe_top_k);
+  top_k_ = policy_->active_experts();
   vocab_ = model.vocab_size;
 }
 

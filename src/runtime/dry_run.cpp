@@ -194,7 +194,10 @@ std::string format_plan(const config::Config& config, const RankLayout& layout,
   out << "model: d_model " << m.d_model << ", " << m.num_layers << " layers, " << m.num_heads
       << " heads (" << m.num_kv_heads << " kv), vocab " << m.vocab_size;
   if (e.enabled) {
-    out << "; MoE " << e.num_experts << " experts, top-" << e.top_k << ", d_expert " << e.d_expert;
+    out << "; MoE " << e.num_experts << " experts, top-" << e.top_k;
+    if (config.rollout.moe_top_k != 0 && config.rollout.moe_top_k != e.top_k)
+      out << " (rollouts top-" << config.rollout.moe_top_k << ")";
+    out << ", d_expert " << e.d_expert;
     if (e.shared_experts) out << ", " << e.shared_experts << " shared";
   }
   out << "\n";

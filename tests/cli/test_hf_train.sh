@@ -1,8 +1,9 @@
 # RL on a Hugging Face model with its own tokenizer: `moerl train` on the
 # qwen2_moe fixture (1 learner, 1 actor, 1 env worker) runs 3 steps, and the
 # actor renders the episodes in ChatML through the model's tokenizer.json
-# ([chat] layout = "auto"); a layout that does not fit the tokenizer is a
-# configuration error naming the key and the file.
+# ([chat] layout = "auto"); rollout.moe_top_k overrides config.json's
+# experts per token for the actors; a layout that does not fit the tokenizer
+# is a configuration error naming the key and the file.
 source "$(dirname "$0")/lib.sh" "$@"
 # The fixture allows 64 positions, fewer than one sort task statement takes in
 # ChatML with its 973-token vocabulary (about 70): a copy with a longer
@@ -60,6 +61,21 @@ assert [l["step"] for l in lines] == [1, 2, 3], [l["step"] for l in lines]
 learner = lines[-1]["roles"]["learner"]
 assert learner["counters"]["learner.generated_tokens"] > 0, learner
 PY
+
+# Rollouts routing with another number of experts than config.json's
+# num_experts_per_tok (2): refused with routing replay, naming both keys;
+# without it the job trains, and learner 0 warns once that behaviour
+# log-probs come from another routing.
+"$MOERL" config check run.toml --set rollout.moe_top_k=1 >replay.txt 2>&1
+expect_status 2 $? "rollout.moe_top_k with routing replay"
+expect_contains replay.txt "[rollout] moe_top_k: = 1 differs from moe.top_k = 2, and algo.routing_replay = true" \
+  "the error names both keys"
+timeout 120 "${LAUNCH[@]}" -n 3 train --config run.toml --set rollout.moe_top_k=1 --set algo.routing_replay=false \
+  --set optim.total_steps=1 --set run.name=hf_k1 >k1.txt 2>&1
+expect_status 0 $? "train on an hf: source with rollout.moe_top_k = 1"
+expect_contains k1.txt "step 1/1 v1 |" "progress line of the one step"
+expect_count k1.txt "rollout.moe_top_k = 1: actors route each token to 1 expert(s), the learner trains with moe.top_k = 2 (config.json's)" 1 \
+  "one warning for the job"
 
 "$MOERL" config check run.toml --set 'chat.end_of_turn="<|eot_id|>"' >bad.txt 2>&1
 expect_status 2 $? "an end_of_turn the tokenizer lacks"

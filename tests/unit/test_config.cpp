@@ -111,6 +111,37 @@ TEST_CASE("inconsistent fields are errors at the line of the key", "[config]") {
   CHECK(issues[1].message == "must be <= num_experts (4), got 6");
 }
 
+TEST_CASE("rollout.moe_top_k: bounded by num_experts, refused with routing replay of another k", "[config]") {
+  // 0 (the default) routes rollouts like the learner.
+  CHECK(load_config_text("", "x.toml").rollout.moe_top_k == 0);
+  const Config ok = load_config_text("[rollout]\nmoe_top_k = 8\n[algo]\nrouting_replay = false\n", "x.toml");
+  CHECK(ok.rollout.moe_top_k == 8);
+  CHECK(ok.moe.top_k == 2);
+  // The model's own k replays fine.
+  CHECK(load_config_text("[rollout]\nmoe_top_k = 2\n", "x.toml").rollout.moe_top_k == 2);
+
+  auto only_issue = [](const std::string& text) {
+    const auto issues = issues_of(text);
+    REQUIRE(issues.size() == 1);
+    CHECK(issues[0].key == "rollout.moe_top_k");
+    return issues[0];
+  };
+  CHECK(only_issue("[rollout]\nmoe_top_k = 9\n[algo]\nrouting_replay = false\n").message ==
+        "must be <= moe.num_experts (8), got 9");
+  CHECK(only_issue("[rollout]\nmoe_top_k = -1\n").message == "must be >= 0, got -1");
+  const ConfigIssue replay = only_issue("[rollout]\nmoe_top_k = 1\n");
+  CHECK(replay.line == 2);
+  CHECK(replay.message ==
+        "= 1 differs from moe.top_k = 2, and algo.routing_replay = true cannot replay 1 experts per token in a "
+        "learner that routes with 2: set algo.routing_replay = false (the importance weights then correct for the "
+        "other routing) or rollout.moe_top_k = 0");
+  CHECK(only_issue("[moe]\nenabled = false\n[rollout]\nmoe_top_k = 1\n[algo]\nrouting_replay = false\n").message ==
+        "has no effect on a dense model (moe.enabled = false): leave it 0");
+  // The bound follows [moe] num_experts, also when set on the command line.
+  CHECK(issues_of("", {"moe.num_experts=4", "rollout.moe_top_k=6", "algo.routing_replay=false"})[0].message ==
+        "must be <= moe.num_experts (4), got 6");
+}
+
 TEST_CASE("TOML syntax errors carry their line", "[config]") {
   const auto issues = issues_of("[run]\nname = \"unterminated\n");
   REQUIRE(issues.size() == 1);

@@ -7,6 +7,18 @@
 
 namespace moerl::bench {
 
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The q-quantile (0..1) of v by the nearest rank; 0 for no values.
+inline double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto i = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
 // The fastest of `repetitions` runs of body(), in seconds: the run least
 // disturbed by the rest of the machine.
 template <typename F>

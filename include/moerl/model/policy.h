@@ -56,7 +56,7 @@ namespace moerl::model {
 struct PolicyOutput {
   torch::Tensor logits;          // [T, vocab] packed over the real tokens
   torch::Tensor hidden;          // [T, d_model] final normed hidden state (for value heads)
-  torch::Tensor expert_indices;  // [T, moe_layers, top_k] int64; undefined without MoE layers
+  torch::Tensor expert_indices;  // [T, moe_layers, active_experts()] int64; undefined without MoE layers
   torch::Tensor aux_loss;        // scalar: sum over MoE layers (already weighted); 0 without
   std::vector<moe::RouterStats> router_stats;  // one per MoE layer, in layer order
   torch::Tensor token_index;     // [T] int64: b * S + s of each packed token
@@ -111,7 +111,7 @@ class PolicyImpl : public torch::nn::Module {
   // Full forward without a cache (learner, evaluation). tokens: [B, S]
   // int64, right-padded; lengths: [B] int64 real tokens per row (each
   // >= 1), or undefined for "all S". forced_experts: undefined, or
-  // [T, moe_layers, top_k] int64 in packed order -- pass a previous
+  // [T, moe_layers, active_experts()] int64 in packed order -- pass a previous
   // PolicyOutput::expert_indices to replay its routing.
   PolicyOutput forward(const torch::Tensor& tokens, const torch::Tensor& lengths = torch::Tensor(),
                        const torch::Tensor& forced_experts = torch::Tensor());
@@ -134,6 +134,16 @@ class PolicyImpl : public torch::nn::Module {
   // scaled by 1/sqrt(2 * num_layers); norms = 1.
   void reset_parameters();
 
+  // Experts per token every MoE layer routes to from now on: 0 = moe.top_k
+  // (the trained routing), else 1..moe.num_experts. Actors set it on their
+  // inference copy from rollout.moe_top_k (GenerationEngine does, from
+  // EngineOptions::moe_top_k); expert_indices and forced_experts are then
+  // [T, moe_layers, active_experts()]. Without MoE layers only 0 is accepted.
+  void set_active_experts(std::int64_t k);
+  // The k of the routing in use: moe.top_k unless set_active_experts chose
+  // another; 0 without MoE layers.
+  std::int64_t active_experts() const { return active_experts_; }
+
   const config::ModelSection& model_config() const { return model_; }
   const config::MoeSection& moe_config() const { return moe_; }
   std::int64_t num_moe_layers() const { return static_cast<std::int64_t>(moe_layers_.size()); }
@@ -153,6 +163,7 @@ class PolicyImpl : public torch::nn::Module {
   config::ModelSection model_;
   config::MoeSection moe_;
   std::vector<std::int64_t> moe_layers_;  // indices of the MoE layers
+  std::int64_t active_experts_ = 0;        // see active_experts()
 };
 TORCH_MODULE(Policy);
 

@@ -69,10 +69,20 @@ TORCH_MODULE(SwiGlu);
 class MoeFeedForwardImpl : public torch::nn::Module {
  public:
   MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe);
-  // x: [T, d_model]; forced_experts: undefined, or [T, top_k] int64 (routing replay)
+  // x: [T, d_model]; forced_experts: undefined, or [T, active_experts()] int64 (routing replay)
   MoeOutput forward(const torch::Tensor& x, const torch::Tensor& forced_experts = torch::Tensor());
 
   const config::MoeSection& moe_config() const { return moe_; }
+
+  // Experts each token is routed to from now on: 0 = moe.top_k (what the
+  // layer is trained with), else 1..num_experts. An inference-time choice
+  // (rollout.moe_top_k): the router keeps its weights and picks the k' most
+  // likely experts, gates renormalised over those k' as with moe.top_k, and
+  // expert capacity follows k'; the layer then computes exactly what a
+  // layer configured with top_k = k' and the same weights computes.
+  // forced_experts must then be [T, k'].
+  void set_active_experts(std::int64_t k);
+  std::int64_t active_experts() const { return routing_.top_k; }
 
   // RouterStats are host values: on GPU, filling them costs one small
   // device-to-host copy (a stream sync) per forward. Callers that never read
@@ -87,6 +97,7 @@ class MoeFeedForwardImpl : public torch::nn::Module {
 
  private:
   config::MoeSection moe_;
+  config::MoeSection routing_;  // moe_ with top_k = the active experts (set_active_experts)
   std::int64_t d_model_ = 0;
   bool collect_stats_ = true;
 };

@@ -68,9 +68,10 @@
 // keeps, and the id that pads rows; the default is the byte tokenizer's.
 //
 // Routing capture. For generated token i of a turn, expert_indices[i] is the
-// routing (per MoE layer, top_k experts) of the position whose logits it was
+// routing (per MoE layer, k experts) of the position whose logits it was
 // sampled from, i.e. of the token before it. context_routing(id) gives the
-// routing of every fed context position, the input of routing replay.
+// routing of every fed context position, the input of routing replay. k is
+// routing_top_k(): EngineOptions::moe_top_k, or the model's moe.top_k.
 //
 // Metrics (telemetry::metrics()): counters rollout.decode_tokens,
 // rollout.prefill_tokens, rollout.preemptions, rollout.truncations; gauges
@@ -125,6 +126,12 @@ struct EngineOptions {
   // (and tokens) do not depend on which sessions share the step. Bitwise
   // reproducible as long as nothing is preempted (max_kv_blocks = 0).
   bool isolate_sessions = false;
+  // Experts per token the policy routes to while this engine decodes
+  // (rollout.moe_top_k): 0 = the model's moe.top_k. The engine sets it on
+  // its policy (Policy::set_active_experts), the actor's inference copy,
+  // when it is built: engines that share one policy share the setting too
+  // (the last one built decides).
+  std::int64_t moe_top_k = 0;
   model::EpisodeFormat format;           // token layout (see above); default: the byte tokenizer
 };
 
@@ -133,7 +140,7 @@ struct GeneratedTurn {
   std::vector<std::int64_t> tokens;           // [n] generated token ids (the end-of-turn token included)
   std::vector<float> logprobs;                // [n] behaviour log-probs: sampling distribution used
   std::vector<float> model_logprobs;          // [n] raw model log-probs (temperature 1, unfiltered)
-  torch::Tensor expert_indices;               // [n, moe_layers, top_k] int64; undefined without MoE
+  torch::Tensor expert_indices;               // [n, moe_layers, k] int64 (k = routing_top_k()); undefined without MoE
   std::vector<std::int64_t> policy_versions;  // [n]
   StopReason stop_reason = StopReason::StopNone;
   bool episode_over = false;       // episode/context budget: the episode cannot continue
@@ -171,7 +178,9 @@ class GenerationEngine {
   bool has_work() const;
   const std::vector<std::int64_t>& context(std::uint64_t id) const;  // current (kept) context
   std::int64_t fed_length(std::uint64_t id) const;                   // positions in the KV cache
-  torch::Tensor context_routing(std::uint64_t id) const;  // [fed, moe_layers, top_k] int64
+  torch::Tensor context_routing(std::uint64_t id) const;  // [fed, moe_layers, routing_top_k()] int64
+  // Experts per token of the recorded routing: the policy's active experts; 0 without MoE layers.
+  std::int64_t routing_top_k() const { return top_k_; }
 
   // ---- weights ----
   void set_policy_version(std::int64_t version) { policy_version_ = version; }
