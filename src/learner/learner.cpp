@@ -410,8 +410,10 @@ void Learner::run(runtime::StopCoordinator& stop) {
   if (coordinator_) {
     coordinator_->set_progress(step_, version_);
     coordinator_->start();
-    std::printf("evaluating the base policy on %lld held-out episodes per family...\n",
-                static_cast<long long>(config_.rollout.eval_episodes));
+    const bool greedy_too = config_.rollout.eval_greedy && config_.rollout.eval_temperature > 0;
+    std::printf("evaluating the base policy on %lld held-out episodes per family at temperature %g%s...\n",
+                static_cast<long long>(config_.rollout.eval_episodes), config_.rollout.eval_temperature,
+                greedy_too ? ", and greedily" : "");
     std::fflush(stdout);
     wait_for_episodes([&] { return coordinator_->phase() != TaskCoordinator::Phase::EvalBefore; });
   }
