@@ -94,6 +94,7 @@ on_signal() {
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 
+ORPHAN_GRACE_S=15
 attempt=0
 short_in_a_row=0
 while :; do
@@ -101,12 +102,35 @@ while :; do
   started=$(date +%s)
   "${launcher[@]}" "$MOERL_BIN" "${args[@]}" &
   child=$!
+  # Open MPI 5.0.11's mpirun could stay up after every local rank had ended
+  # through MPI_Abort ("Abort is in progress", seen under load in cli.train
+  # and cli.restarts): once ranks were seen and none is left for
+  # $ORPHAN_GRACE_S s, it is ended and the attempt counts as a lost rank
+  # (status 4), which restarts from the last checkpoint.
+  ranks_seen=0
+  orphaned_since=""
+  hung=0
+  while kill -0 "$child" 2>/dev/null; do
+    if pgrep -P "$child" >/dev/null 2>&1; then
+      ranks_seen=1
+      orphaned_since=""
+    elif [ "$ranks_seen" = 1 ]; then
+      [ -z "$orphaned_since" ] && orphaned_since=$(date +%s)
+      if [ $(( $(date +%s) - orphaned_since )) -ge "$ORPHAN_GRACE_S" ]; then
+        echo "launch.sh: mpirun (pid $child) still running $ORPHAN_GRACE_S s after its last rank ended; stopping it" >&2
+        kill -KILL "$child" 2>/dev/null
+        hung=1
+      fi
+    fi
+    sleep 1
+  done
   # `wait` returns early when a trapped signal arrives; wait again for the job's own end.
   while :; do
     wait "$child"
     status=$?
     kill -0 "$child" 2>/dev/null || break
   done
+  [ "$hung" = 1 ] && status=4
   child=""
   lasted=$(( $(date +%s) - started ))
   case "$status" in

@@ -54,6 +54,7 @@ void tell_every_rank(int rank, int status, const std::string& what) {
 }
 
 constexpr int kMaxAbortCleanups = 8;
+constexpr int kAbortDeadlineSeconds = 5;  // MPI_Abort's time to end this rank before it ends itself
 std::atomic<void (*)()> g_abort_cleanups[kMaxAbortCleanups] = {};
 
 void run_abort_cleanups() {
@@ -254,7 +255,18 @@ void end_this_rank(int status) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, status);
+  if (initialized && !finalized) {
+    // MPI_Abort has no deadline of its own: when every rank of a job aborts
+    // at once under ULFM, Open MPI 5.0.11 could leave them inside it with
+    // mpirun waiting for ever ("Abort is in progress"; seen in cli.train and
+    // cli.restarts). This rank ends itself if MPI has not ended it by then,
+    // and mpirun, which tolerates dead ranks under ULFM, then exits.
+    std::thread([status] {
+      std::this_thread::sleep_for(std::chrono::seconds(kAbortDeadlineSeconds));
+      std::_Exit(status);
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, status);
+  }
   std::_Exit(status);
 }
 
