@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "moerl/config/config.h"
+#include "moerl/core/blas_kernels.h"
 #include "moerl/config/fault_plan.h"
 #include "moerl/learner/roles.h"
 #include "moerl/runtime/dry_run.h"
@@ -165,6 +166,9 @@ int run_roles(const config::Config& config, const TrainOptions& options) {
   set_compute_threads(config.run.deterministic ? 1 : world.compute_threads());
   runtime::Mailbox mailbox(world.message_comm(), config.cluster.message_timeout_s);
   if (world.is_coordinator()) spdlog::info("MPI: {}", runtime::mpi_description());
+  if (world.is_coordinator()) spdlog::info("BLAS: {}", blas::blas_summary());
+  // Every rank says so: another node's CPU may need another core.
+  if (const std::string warning = blas::blas_info().warning; !warning.empty()) spdlog::warn("BLAS: {}", warning);
   const int restart = runtime::launcher_restarts();
   if (!options.dry_run) runtime::write_rank_record(config.run_directory(), world, restart);
   using Mode = runtime::HeartbeatThread::Mode;

@@ -10,6 +10,7 @@
 
 #include "checkpoint_command.h"
 #include "commands.h"
+#include "moerl/core/blas_kernels.h"
 
 namespace {
 
@@ -22,6 +23,9 @@ constexpr const char* kCheckpointHelp =
 }  // namespace
 
 int main(int argc, char** argv) {
+  // First, before MPI or any thread: the right BLAS kernels for this CPU
+  // (may start the binary afresh with OPENBLAS_CORETYPE set).
+  moerl::blas::select_kernels(argv);
   // Keep large tensor buffers in the heap instead of fresh mmaps: otherwise
   // every MoE dispatch buffer is page-faulted in anew on each call (measured:
   // 21% of a CPU MoE layer's time; dispatch+combine 4 -> 22 GB/s with this).

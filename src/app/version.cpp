@@ -6,8 +6,18 @@
 #include <torch/csrc/api/include/torch/version.h>
 
 #include "commands.h"
+#include "moerl/core/blas_kernels.h"
 
 namespace moerl::app {
+
+namespace {
+
+std::string blas_warning() {
+  const std::string warning = blas::blas_info().warning;
+  return warning.empty() ? "" : "\nBLAS warning: " + warning;
+}
+
+}  // namespace
 
 std::string version_text() {
   char mpi_version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
@@ -26,7 +36,7 @@ std::string version_text() {
   const char* ulfm = " without ULFM";
 #endif
   return std::string("moerl ") + MOERL_VERSION + " (LibTorch " + TORCH_VERSION + ", " + mpi + ulfm +
-         ", CUDA kernels: " + cuda + ")";
+         ", CUDA kernels: " + cuda + ")\nBLAS: " + blas::blas_summary() + blas_warning();
 }
 
 std::string mpiexec_path() {

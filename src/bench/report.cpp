@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "moerl/core/blas_kernels.h"
 #include "moerl/core/error.h"
 #include "moerl/core/json_writer.h"
 
@@ -163,6 +164,12 @@ std::map<std::string, ParamValue> describe_host() {
   host["cores"] = static_cast<std::int64_t>(std::thread::hardware_concurrency());
   host["compiler"] = std::string(__VERSION__);
   host["moerl_version"] = std::string(MOERL_VERSION);
+  // Every GEMM's speed depends on these: a result names the kernels it ran on.
+  const blas::BlasInfo blas = blas::blas_info();
+  host["blas"] = blas.library;
+  host["blas_core"] = blas.core;
+  host["blas_threads"] = static_cast<std::int64_t>(blas.threads);
+  host["blas_choice"] = blas.choice;
 #ifdef MOERL_WITH_CUDA
   host["cuda_build"] = true;
 #else

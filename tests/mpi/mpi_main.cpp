@@ -5,7 +5,10 @@
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include "moerl/core/blas_kernels.h"
+
 int main(int argc, char** argv) {
+  moerl::blas::select_kernels(argv);  // before MPI: it may start the binary afresh
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;
