@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "decode_timing.h"
+#include "policy_bench_args.h"
 #include "moerl/bench/registry.h"
 #include "moerl/bench/timing.h"
 #include "moerl/config/config.h"
@@ -50,51 +51,29 @@ namespace {
 constexpr std::uint64_t kHeldOutSeedBase = 3ull << 40;
 
 struct TopkArgs {
-  std::string config_path = std::string(MOERL_SOURCE_DIR) + "/configs/quickstart.toml";
-  std::vector<std::string> overrides;
-  std::string init_path;
+  PolicyBenchArgs policy;        // --config, --set, --init
   std::vector<std::int64_t> ks;  // empty: powers of two up to num_experts, and the model's k
   std::int64_t episodes = -1;    // per family; -1 = rollout.eval_episodes (4 with --quick)
 };
 
-std::int64_t whole_number(const std::string& text, const std::string& option) {
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) throw Error("bench topk: " + option + ": '" + text + "' is not a whole number");
-  return v;
-}
-
 TopkArgs parse_args(const std::vector<std::string>& args) {
   TopkArgs out;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw Error("bench topk: " + a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--config" || a == "-c") {
-      out.config_path = value();
-    } else if (a == "--set") {
-      out.overrides.push_back(value());
-    } else if (a == "--init") {
-      out.init_path = value();
-    } else if (a == "--k") {
-      std::stringstream list(value());
-      for (std::string item; std::getline(list, item, ',');) out.ks.push_back(whole_number(item, "--k"));
-      if (out.ks.empty()) throw Error("bench topk: --k needs a list such as 1,2,4");
-    } else if (a == "--episodes") {
-      out.episodes = whole_number(value(), "--episodes");
-      if (out.episodes < 1) throw Error("bench topk: --episodes must be at least 1");
-    } else {
-      throw Error("bench topk: unknown option '" + a +
-                  "' (options: --config F, --set section.key=value, --init FILE, --k 1,2,4, --episodes N)");
-    }
-  }
+  out.policy = parse_policy_bench_args(
+      args, "bench topk", "--config F, --set section.key=value, --init FILE, --k 1,2,4, --episodes N",
+      [&](const std::string& option, const auto& value) {
+        if (option == "--k") {
+          std::stringstream list(value());
+          for (std::string item; std::getline(list, item, ',');) out.ks.push_back(whole_number(item, "bench topk", "--k"));
+          if (out.ks.empty()) throw Error("bench topk: --k needs a list such as 1,2,4");
+          return true;
+        }
+        if (option == "--episodes") {
+          out.episodes = whole_number(value(), "bench topk", "--episodes");
+          if (out.episodes < 1) throw Error("bench topk: --episodes must be at least 1");
+          return true;
+        }
+        return false;
+      });
   return out;
 }
 
@@ -110,21 +89,6 @@ std::vector<std::int64_t> resolve_ks(std::vector<std::int64_t> ks, const config:
   std::sort(ks.begin(), ks.end());
   ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
   return ks;
-}
-
-// The run's policy as every rank of a job builds it: the hf: source's
-// weights or the built-in architecture, then --init's weights when given.
-model::Policy make_policy(const config::Config& config, const std::string& init_path) {
-  torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
-  model::Policy policy = hf::hf_directory(config.model.source).empty() ? model::Policy(config.model, config.moe)
-                                                                       : hf::load_hf_policy(config);
-  if (!init_path.empty()) {
-    learner::load_policy(policy, init_path);
-  } else if (hf::hf_directory(config.model.source).empty()) {
-    std::fprintf(stderr, "bench topk: no --init: the built-in model has its random initial weights\n");
-  }
-  policy->eval();
-  return policy;
 }
 
 struct HeldOutTask {
@@ -292,14 +256,14 @@ std::string trade_off_table(const std::vector<KResult>& results, const KResult& 
 
 BenchReport run_topk_bench(const BenchOptions& options) {
   const TopkArgs args = parse_args(options.args);
-  const config::Config config = config::load_config_file(args.config_path, args.overrides);
+  const config::Config config = config::load_config_file(args.policy.config_path, args.policy.overrides);
   MOERL_CHECK(config.moe.enabled, "bench topk: the model has no MoE layers (moe.enabled = false)");
   const std::vector<std::int64_t> ks = resolve_ks(args.ks, config.moe);
   const std::int64_t episodes =
       args.episodes > 0 ? args.episodes : options.quick ? 4 : std::max<std::int64_t>(config.rollout.eval_episodes, 1);
   const std::int64_t steps = options.quick ? 8 : 256, warmup = options.quick ? 2 : 4;
   torch::NoGradGuard no_grad;
-  model::Policy policy = make_policy(config, args.init_path);
+  model::Policy policy = make_bench_policy(config, args.policy.init_path, "bench topk");
   const model::EpisodeFormat format = model::make_episode_format(config.model, config.chat);
   const std::vector<HeldOutTask> tasks = held_out_tasks(config, episodes);
 

@@ -357,6 +357,11 @@ SectionSpec rollout_section() {
   b.field("eval_greedy", &RolloutSection::eval_greedy,
           "With eval_temperature > 0, also play every held-out seed greedily (summary.json "
           "before_greedy/after_greedy).");
+  b.choice("kv_cache_dtype", &RolloutSection::kv_cache_dtype,
+           {{"float32", KvCacheStorage::Float32}, {"int8", KvCacheStorage::Int8}},
+           "How actors store the KV cache: float32, or int8 with one scale per position and head (about "
+           "a quarter of the bytes; behaviour log-probs then differ slightly from the learner's, which "
+           "its importance weights correct; docs/tuning.md).");
   return spec;
 }
 

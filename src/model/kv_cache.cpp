@@ -9,13 +9,27 @@
 
 namespace moerl::model {
 
+namespace {
+
+// Int8 storage: one scale per (position, head) vector, so an outlier in one
+// head or token does not coarsen the others (keys carry RoPE and vary by
+// position; per-token scales keep prefill and decode writes independent).
+constexpr double kInt8Max = 127.0;
+
+}  // namespace
+
+const char* kv_cache_dtype_name(KVCacheDtype dtype) {
+  return dtype == KVCacheDtype::Int8 ? "int8" : "float32";
+}
+
 KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options,
-                 std::int64_t initial_slots, std::int64_t initial_capacity)
+                 std::int64_t initial_slots, std::int64_t initial_capacity, KVCacheDtype dtype)
     : num_layers_(model.num_layers),
       num_kv_heads_(model.num_kv_heads),
       head_dim_(attention_head_dim(model)),
       max_seq_len_(model.max_seq_len),
-      options_(options) {
+      options_(options),
+      dtype_(dtype) {
   MOERL_CHECK(initial_slots > 0 && initial_capacity > 0,
               "KVCache needs positive initial slots and capacity");
   MOERL_CHECK(model.num_heads > 0 && head_dim_ > 0, "KVCache: the model needs heads of a positive size");
@@ -32,7 +46,8 @@ KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options
       max_seq_len_(model.max_seq_len),
       block_size_(paged.block_size),
       max_blocks_(paged.max_blocks),
-      options_(options) {
+      options_(options),
+      dtype_(paged.dtype) {
   MOERL_CHECK(paged.block_size > 0, "KVCache: block_size must be positive");
   MOERL_CHECK(paged.max_blocks >= 0 && paged.initial_blocks >= 0 && paged.initial_slots > 0,
               "KVCache: initial/max blocks must be >= 0 and initial slots > 0");
@@ -51,13 +66,19 @@ void KVCache::grow_pool(std::int64_t blocks) {
   if (blocks <= num_blocks_) return;
   // Zero-filled, not empty: masked keys never matter, but a NaN in a masked
   // value would still poison probs @ values (0 * NaN).
-  auto make = [&](const torch::Tensor& old) {
-    torch::Tensor fresh = torch::zeros({num_layers_, blocks, block_size_, num_kv_heads_, head_dim_}, options_);
+  auto make = [&](const torch::Tensor& old, std::vector<std::int64_t> shape, torch::TensorOptions options) {
+    torch::Tensor fresh = torch::zeros(shape, options);
     if (old.defined()) fresh.narrow(1, 0, old.size(1)).copy_(old);
     return fresh;
   };
-  keys_ = make(keys_);
-  values_ = make(values_);
+  const bool int8 = dtype_ == KVCacheDtype::Int8;
+  const torch::TensorOptions stored = int8 ? options_.dtype(torch::kInt8) : options_;
+  keys_ = make(keys_, {num_layers_, blocks, block_size_, num_kv_heads_, head_dim_}, stored);
+  values_ = make(values_, {num_layers_, blocks, block_size_, num_kv_heads_, head_dim_}, stored);
+  if (int8) {
+    key_scales_ = make(key_scales_, {num_layers_, blocks, block_size_, num_kv_heads_}, options_.dtype(torch::kFloat));
+    value_scales_ = make(value_scales_, {num_layers_, blocks, block_size_, num_kv_heads_}, options_.dtype(torch::kFloat));
+  }
   // Push the new blocks so that the lowest one is popped first.
   for (std::int64_t b = blocks - 1; b >= num_blocks_; --b) free_blocks_.push_back(b);
   std::sort(free_blocks_.begin(), free_blocks_.end(), std::greater<std::int64_t>());
@@ -131,11 +152,14 @@ std::int64_t KVCache::blocks_available() const {
 
 std::int64_t KVCache::bytes_per_block() const {
   const std::int64_t elements = num_layers_ * block_size_ * num_kv_heads_ * head_dim_;
-  return 2 * elements * static_cast<std::int64_t>(keys_.element_size());
+  const std::int64_t scales = dtype_ == KVCacheDtype::Int8 ? num_layers_ * block_size_ * num_kv_heads_ * 4 : 0;
+  return 2 * (elements * static_cast<std::int64_t>(keys_.element_size()) + scales);
 }
 
 std::int64_t KVCache::memory_bytes() const {
-  return static_cast<std::int64_t>(keys_.nbytes() + values_.nbytes());
+  std::int64_t bytes = static_cast<std::int64_t>(keys_.nbytes() + values_.nbytes());
+  if (key_scales_.defined()) bytes += static_cast<std::int64_t>(key_scales_.nbytes() + value_scales_.nbytes());
+  return bytes;
 }
 
 std::vector<std::int64_t> KVCache::slots_of(const std::vector<SequenceId>& ids) const {
@@ -235,32 +259,53 @@ void KVCache::write(std::int64_t layer, const torch::Tensor& slots, const torch:
   const torch::Tensor& table = block_table();
   const torch::Tensor block = table.index({slots, positions.div(block_size_, "floor")});  // [T]
   const torch::Tensor offset = positions.remainder(block_size_);                          // [T]
-  keys_.select(0, layer).index_put_({block, offset}, keys.detach().to(keys_.scalar_type()));
-  values_.select(0, layer).index_put_({block, offset}, values.detach().to(values_.scalar_type()));
+  store(keys_, key_scales_, layer, block, offset, keys.detach());
+  store(values_, value_scales_, layer, block, offset, values.detach());
 }
 
-torch::Tensor KVCache::gather(const torch::Tensor& pool, std::int64_t layer, const torch::Tensor& slots,
-                              std::int64_t length) const {
+void KVCache::store(torch::Tensor& pool, torch::Tensor& scales, std::int64_t layer, const torch::Tensor& block,
+                    const torch::Tensor& offset, const torch::Tensor& data /*[T, kvh, D]*/) {
+  if (dtype_ == KVCacheDtype::Float) {
+    pool.select(0, layer).index_put_({block, offset}, data.to(pool.scalar_type()));
+    return;
+  }
+  const torch::Tensor x = data.to(torch::kFloat);
+  // A zero vector keeps scale 0 and dequantises to zeros; no division by it.
+  const torch::Tensor scale = x.abs().amax(-1) / kInt8Max;                          // [T, kvh]
+  const torch::Tensor safe = torch::where(scale > 0, scale, torch::ones_like(scale));
+  const torch::Tensor q = (x / safe.unsqueeze(-1)).round().clamp(-kInt8Max, kInt8Max).to(torch::kInt8);
+  pool.select(0, layer).index_put_({block, offset}, q);
+  scales.select(0, layer).index_put_({block, offset}, scale);
+}
+
+torch::Tensor KVCache::gather(const torch::Tensor& pool, const torch::Tensor& scales, std::int64_t layer,
+                              const torch::Tensor& slots, std::int64_t length) const {
   const std::int64_t rows = slots.size(0);
   const std::int64_t nb = blocks_for(length);
   MOERL_CHECK(nb <= table_width_, "KVCache::gather: length " + std::to_string(length) +
                                       " exceeds the block table (" + std::to_string(capacity()) +
                                       " positions); call prepare() first");
   const torch::Tensor blocks = block_table().index_select(0, slots).narrow(1, 0, nb).reshape({-1});  // [B*nb]
-  return pool.select(0, layer)
-      .index_select(0, blocks)                                   // [B*nb, bs, kvh, D]
-      .view({rows, nb * block_size_, num_kv_heads_, head_dim_})  // [B, nb*bs, kvh, D]
-      .narrow(1, 0, length);
+  const torch::Tensor stored = pool.select(0, layer)
+                                   .index_select(0, blocks)                                   // [B*nb, bs, kvh, D]
+                                   .view({rows, nb * block_size_, num_kv_heads_, head_dim_})  // [B, nb*bs, kvh, D]
+                                   .narrow(1, 0, length);
+  if (dtype_ == KVCacheDtype::Float) return stored;
+  const torch::Tensor scale = scales.select(0, layer)
+                                  .index_select(0, blocks)                      // [B*nb, bs, kvh]
+                                  .view({rows, nb * block_size_, num_kv_heads_})
+                                  .narrow(1, 0, length);
+  return (stored.to(torch::kFloat) * scale.unsqueeze(-1)).to(options_.dtype().toScalarType());
 }
 
 torch::Tensor KVCache::gather_keys(std::int64_t layer, const torch::Tensor& slots,
                                    std::int64_t length) const {
-  return gather(keys_, layer, slots, length);
+  return gather(keys_, key_scales_, layer, slots, length);
 }
 
 torch::Tensor KVCache::gather_values(std::int64_t layer, const torch::Tensor& slots,
                                      std::int64_t length) const {
-  return gather(values_, layer, slots, length);
+  return gather(values_, value_scales_, layer, slots, length);
 }
 
 void KVCache::advance(const std::vector<SequenceId>& ids, const std::vector<std::int64_t>& new_lengths) {

@@ -25,6 +25,8 @@ EngineOptions engine_options(const config::Config& config, const model::EpisodeF
   options.context_policy = ContextPolicy::ContextEndEpisode;
   options.isolate_sessions = config.run.deterministic;
   options.moe_top_k = config.rollout.moe_top_k;
+  options.kv_cache_dtype = config.rollout.kv_cache_dtype == config::KvCacheStorage::Int8 ? model::KVCacheDtype::Int8
+                                                                                          : model::KVCacheDtype::Float;
   return options;
 }
 
@@ -389,8 +391,9 @@ void Actor::run(runtime::StopCoordinator& stop) {
   if (standby_) {
     spdlog::info("actor (standby {}): keeps the weights current; takes a lost actor's place", world_.role_index());
   } else {
-    spdlog::info("actor {}: up to {} episodes at once, episodes in the {}", world_.role_index(),
-                 config_.rollout.sessions_per_actor, format_.description());
+    spdlog::info("actor {}: up to {} episodes at once, episodes in the {}, KV cache {}", world_.role_index(),
+                 config_.rollout.sessions_per_actor, format_.description(),
+                 model::kv_cache_dtype_name(engine_.kv_cache_dtype()));
   }
   telemetry::MetricsReporter reporter(mailbox_, config_.telemetry.metrics_interval_s);
   while (!stop.should_stop()) {

@@ -27,7 +27,7 @@ GenerationEngine::GenerationEngine(model::Policy policy, EngineOptions options)
       cache_(policy_->model_config(),
              policy_->embed_tokens->weight.options().requires_grad(false),
              model::PagedCacheOptions{options.block_size, options.initial_kv_blocks,
-                                      options.max_kv_blocks, 8}) {
+                                      options.max_kv_blocks, 8, options.kv_cache_dtype}) {
   const auto& model = policy_->model_config();
   MOERL_CHECK(options_.max_step_tokens >= 1, "rollout: max_step_tokens must be >= 1");
   MOERL_CHECK(options_.truncate_keep_fraction > 0 && options_.truncate_keep_fraction < 1,

@@ -154,6 +154,9 @@ struct ExternalEnvSection {
   double startup_timeout_s = 10.0;      // the process must answer its first request by then
 };
 
+// How actors store the KV cache ([rollout] kv_cache_dtype).
+enum class KvCacheStorage { Float32, Int8 };
+
 // [rollout]: generation on the actors.
 struct RolloutSection {
   std::int64_t sessions_per_actor = 16;      // episodes an actor drives at once (the decode batch)
@@ -167,6 +170,7 @@ struct RolloutSection {
   std::int64_t eval_episodes = 16;           // held-out episodes per family, before and after training
   double eval_temperature = 0.0;             // 0 = greedy evaluation
   bool eval_greedy = true;                   // also play each held-out seed at temperature 0
+  KvCacheStorage kv_cache_dtype = KvCacheStorage::Float32;  // int8: per-head, per-token scales
 };
 
 enum class AdvantageEstimator { Grpo, DrGrpo, Rloo, Ppo };

@@ -23,6 +23,16 @@
 // write/gather/advance. gather_* returns the padded [B, L, kv_heads,
 // head_dim] view attention expects (a copy assembled block by block).
 //
+// Storage dtype (KVCacheDtype): Float keeps keys and values in the policy's
+// dtype. Int8 keeps each (position, kv head) vector of head_dim numbers as
+// int8 with one fp32 scale (its largest magnitude / 127, rounded to
+// nearest): 4x fewer bytes per element, (1 + 4/head_dim)/4 of the Float
+// bytes in all. gather_* dequantises (int8 * scale) into the policy's dtype,
+// so attention does not change; each stored number is off by at most half
+// its vector's scale. The behaviour log-probs an actor records then differ
+// from the learner's recomputation, which runs without a cache; the
+// learner's importance weights correct for that (docs/tuning.md measures it).
+//
 // The cache stores detached tensors: gradients never flow through it. Use it
 // under torch::NoGradGuard (rollouts); the learner runs Policy::forward
 // without a cache.
@@ -46,11 +56,15 @@ class KVCacheFullError : public Error {
   using Error::Error;
 };
 
+enum class KVCacheDtype { Float, Int8 };
+const char* kv_cache_dtype_name(KVCacheDtype dtype);  // "float32" (the policy's dtype) | "int8"
+
 struct PagedCacheOptions {
   std::int64_t block_size = 16;     // positions per block
   std::int64_t initial_blocks = 0;  // pool blocks allocated up front; 0 = 4 blocks
   std::int64_t max_blocks = 0;      // cap on pool blocks; 0 = unbounded
   std::int64_t initial_slots = 4;   // block-table rows allocated up front (cheap)
+  KVCacheDtype dtype = KVCacheDtype::Float;
 };
 
 class KVCache {
@@ -59,7 +73,8 @@ class KVCache {
   // options. initial_slots sequences of initial_capacity positions are
   // preallocated (block_size 16, unbounded pool).
   KVCache(const config::ModelSection& model, torch::TensorOptions options,
-          std::int64_t initial_slots = 4, std::int64_t initial_capacity = 64);
+          std::int64_t initial_slots = 4, std::int64_t initial_capacity = 64,
+          KVCacheDtype dtype = KVCacheDtype::Float);
   KVCache(const config::ModelSection& model, torch::TensorOptions options,
           const PagedCacheOptions& paged);
   // Move-only: a copy would share the tensors but not the bookkeeping, and
@@ -92,8 +107,9 @@ class KVCache {
   // a large number when the pool is unbounded.
   std::int64_t blocks_available() const;
   std::int64_t blocks_of(SequenceId id) const;
-  std::int64_t bytes_per_block() const;         // keys + values of all layers
-  std::int64_t memory_bytes() const;            // allocated pool (keys + values)
+  KVCacheDtype dtype() const { return dtype_; }
+  std::int64_t bytes_per_block() const;         // keys + values (+ their int8 scales) of all layers
+  std::int64_t memory_bytes() const;            // allocated pool (keys + values + scales)
   std::int64_t used_bytes() const { return blocks_in_use() * bytes_per_block(); }
 
   // ---- used by Policy::forward_cached ----
@@ -125,8 +141,11 @@ class KVCache {
   // forward pass succeeded, so a failed step leaves the lengths unchanged.
   void advance(const std::vector<SequenceId>& ids, const std::vector<std::int64_t>& new_lengths);
 
+  // The stored pools: the policy's dtype, or int8 with key_scales()/value_scales().
   const torch::Tensor& keys() const { return keys_; }      // [layers, blocks, block_size, kv_heads, head_dim]
   const torch::Tensor& values() const { return values_; }  // same
+  const torch::Tensor& key_scales() const { return key_scales_; }      // Int8: [layers, blocks, block_size, kv_heads] fp32
+  const torch::Tensor& value_scales() const { return value_scales_; }  // same
   const torch::Tensor& block_table() const;                // [slots, width] int64 (unused entries 0)
 
  private:
@@ -138,8 +157,10 @@ class KVCache {
   void init(std::int64_t initial_slots, std::int64_t initial_blocks);
   void grow_pool(std::int64_t blocks);
   void grow_slots(std::int64_t slots);
-  torch::Tensor gather(const torch::Tensor& pool, std::int64_t layer, const torch::Tensor& slots,
-                       std::int64_t length) const;
+  torch::Tensor gather(const torch::Tensor& pool, const torch::Tensor& scales, std::int64_t layer,
+                       const torch::Tensor& slots, std::int64_t length) const;
+  void store(torch::Tensor& pool, torch::Tensor& scales, std::int64_t layer, const torch::Tensor& block,
+             const torch::Tensor& offset, const torch::Tensor& data);
   std::int64_t blocks_for(std::int64_t positions) const {
     return (positions + block_size_ - 1) / block_size_;
   }
@@ -150,12 +171,15 @@ class KVCache {
   std::int64_t max_seq_len_;
   std::int64_t block_size_ = 16;
   std::int64_t max_blocks_ = 0;
-  torch::TensorOptions options_;
+  torch::TensorOptions options_;  // the policy's: what gather_* returns
+  KVCacheDtype dtype_ = KVCacheDtype::Float;
   std::int64_t num_slots_ = 0;
   std::int64_t num_blocks_ = 0;
   std::int64_t table_width_ = 1;
   torch::Tensor keys_;    // [layers, blocks, block_size, kv_heads, head_dim], RoPE applied
   torch::Tensor values_;  // [layers, blocks, block_size, kv_heads, head_dim]
+  torch::Tensor key_scales_;    // Int8 only: [layers, blocks, block_size, kv_heads] fp32
+  torch::Tensor value_scales_;  // Int8 only: same
   mutable torch::Tensor table_;     // [slots, width] int64 on the cache's device; rebuilt when dirty
   mutable bool table_dirty_ = true;
   std::unordered_map<SequenceId, Entry> entries_;

@@ -132,6 +132,8 @@ struct EngineOptions {
   // when it is built: engines that share one policy share the setting too
   // (the last one built decides).
   std::int64_t moe_top_k = 0;
+  // KV storage (rollout.kv_cache_dtype): Float, or Int8 (model/kv_cache.h).
+  model::KVCacheDtype kv_cache_dtype = model::KVCacheDtype::Float;
   model::EpisodeFormat format;           // token layout (see above); default: the byte tokenizer
 };
 
@@ -195,6 +197,7 @@ class GenerationEngine {
   std::int64_t kv_bytes_allocated() const { return cache_.memory_bytes(); }
   std::int64_t kv_blocks_in_use() const { return cache_.blocks_in_use(); }
   std::int64_t context_budget() const { return budget_; }
+  model::KVCacheDtype kv_cache_dtype() const { return cache_.dtype(); }
   const EngineOptions& options() const { return options_; }
   model::Policy& policy() { return policy_; }
 
