@@ -345,8 +345,14 @@ SectionSpec rollout_section() {
       .at_least(0);
   b.field("max_tokens_per_turn", &RolloutSection::max_tokens_per_turn, "Longest action of one turn.").at_least(1);
   b.field("max_tokens_per_episode", &RolloutSection::max_tokens_per_episode,
-          "Context budget of one episode; reaching it ends the episode (flagged).")
+          "Context budget of one episode; what happens when a turn would not fit: context_policy.")
       .at_least(16);
+  b.choice("context_policy", &RolloutSection::context_policy,
+           {{"end_episode", ContextBudgetPolicy::EndEpisode}, {"drop_oldest_turns", ContextBudgetPolicy::DropOldestTurns}},
+           "When the next turn (its prompt and max_tokens_per_turn) would not fit max_tokens_per_episode: "
+           "end_episode ends the episode (flagged truncated); drop_oldest_turns keeps the task statement, "
+           "drops whole old turns until it fits, rebuilds the KV cache and goes on (the episode counts "
+           "dropped_turns; the learner scores each rebuilt context on its own).");
   b.field("group_size", &RolloutSection::group_size, "Samples per task seed (GRPO group size G).").between(1, 1024);
   b.field("eval_episodes", &RolloutSection::eval_episodes,
           "Held-out episodes per family evaluated before and after training; 0 = none.")

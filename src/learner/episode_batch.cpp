@@ -6,22 +6,28 @@ namespace moerl::learner {
 
 EpisodeBatch make_episode_batch(const std::vector<const rollout::Trajectory*>& episodes, bool replay_routing) {
   MOERL_CHECK(!episodes.empty(), "make_episode_batch: no episodes");
-  const auto b = static_cast<std::int64_t>(episodes.size());
-  std::int64_t longest = 1, total = 0;
+  // One row per context window (an episode whose context the actor rebuilt
+  // has several); every target of an episode's rows has its sequence index.
+  std::int64_t rows = 0, longest = 1, total = 0;
   bool all_routed = replay_routing;
   for (const rollout::Trajectory* t : episodes) {
     MOERL_CHECK(t->tokens.size() >= 2, "episode " + std::to_string(t->episode_id) + " has fewer than 2 tokens");
-    const auto fed = static_cast<std::int64_t>(t->tokens.size()) - 1;
-    longest = std::max(longest, fed);
-    total += fed;
+    for (std::int32_t w = 0; w < t->windows(); ++w) {
+      const auto [begin, end] = t->window(w);
+      MOERL_CHECK(end >= begin + 2, "episode " + std::to_string(t->episode_id) + " has a window of fewer than 2 tokens");
+      const auto fed = static_cast<std::int64_t>(end - begin) - 1;
+      longest = std::max(longest, fed);
+      total += fed;
+      ++rows;
+    }
     all_routed = all_routed && t->moe_layers > 0 && !t->routing.empty();
   }
   EpisodeBatch batch;
   // The padding is never read: the policy packs each row's first `lengths`
   // tokens (AttentionBatch::token_index) before the embedding. Id 0 exists
   // in every vocabulary, whichever tokenizer the episodes were made with.
-  batch.inputs = torch::zeros({b, longest}, torch::kInt64);
-  batch.lengths = torch::empty({b}, torch::kInt64);
+  batch.inputs = torch::zeros({rows, longest}, torch::kInt64);
+  batch.lengths = torch::empty({rows}, torch::kInt64);
   batch.targets = torch::empty({total}, torch::kInt64);
   batch.loss_mask = torch::empty({total}, torch::kFloat32);
   batch.behaviour_logprobs = torch::empty({total}, torch::kFloat32);
@@ -37,26 +43,32 @@ EpisodeBatch make_episode_batch(const std::vector<const rollout::Trajectory*>& e
   auto behaviour = batch.behaviour_logprobs.data_ptr<float>();
   auto versions = batch.versions.data_ptr<std::int64_t>();
   auto sequence = batch.sequence_index.data_ptr<std::int64_t>();
-  std::int64_t at = 0;
-  for (std::int64_t e = 0; e < b; ++e) {
+  std::int64_t at = 0, row = 0;
+  for (std::int64_t e = 0; e < static_cast<std::int64_t>(episodes.size()); ++e) {
     const rollout::Trajectory& t = *episodes[static_cast<size_t>(e)];
-    const auto fed = static_cast<std::int64_t>(t.tokens.size()) - 1;
-    batch.lengths[e] = fed;
-    if (all_routed)
-      MOERL_CHECK(t.moe_layers == layers && t.top_k == k, "episodes disagree on the routing shape");
-    for (std::int64_t i = 0; i < fed; ++i, ++at) {
-      inputs[e][i] = t.tokens[static_cast<size_t>(i)];
-      const auto next = static_cast<size_t>(i + 1);
-      targets[at] = t.tokens[next];
-      mask[at] = t.generated[next] ? 1.f : 0.f;
-      behaviour[at] = t.behaviour_logprobs[next];
-      versions[at] = t.versions[next];
-      sequence[at] = e;
-      batch.generated_tokens += t.generated[next];
+    const std::int64_t episode_start = at;
+    for (std::int32_t w = 0; w < t.windows(); ++w, ++row) {
+      const auto [begin, end] = t.window(w);
+      const auto fed = static_cast<std::int64_t>(end - begin) - 1;
+      batch.lengths[row] = fed;
+      for (std::int64_t i = 0; i < fed; ++i, ++at) {
+        inputs[row][i] = t.tokens[begin + static_cast<size_t>(i)];
+        const size_t next = begin + static_cast<size_t>(i) + 1;
+        targets[at] = t.tokens[next];
+        mask[at] = t.generated[next] ? 1.f : 0.f;
+        behaviour[at] = t.behaviour_logprobs[next];
+        versions[at] = t.versions[next];
+        sequence[at] = e;
+        batch.generated_tokens += t.generated[next];
+      }
     }
     if (all_routed) {
-      const auto count = fed * layers * k;
-      auto forced = batch.forced_experts.data_ptr<std::int64_t>() + (at - fed) * layers * k;
+      MOERL_CHECK(t.moe_layers == layers && t.top_k == k, "episodes disagree on the routing shape");
+      // The routing covers every fed position of every window, in order: the packed targets' order.
+      const auto count = (at - episode_start) * layers * k;
+      MOERL_CHECK(static_cast<std::int64_t>(t.routing.size()) == count,
+                  "episode " + std::to_string(t.episode_id) + ": routing does not cover its fed positions");
+      auto forced = batch.forced_experts.data_ptr<std::int64_t>() + episode_start * layers * k;
       for (std::int64_t j = 0; j < count; ++j) forced[j] = t.routing[static_cast<size_t>(j)];
     }
   }
@@ -70,15 +82,22 @@ EpisodeTurns episode_turns(const std::vector<const rollout::Trajectory*>& episod
   std::vector<float> turn_rewards;
   for (size_t e = 0; e < episodes.size(); ++e) {
     const rollout::Trajectory& t = *episodes[e];
-    // Target i is token i + 1; runs of generated targets are the actions.
+    // The targets, in make_episode_batch's order: every token but the first
+    // of each context window. Runs of generated targets are the actions (a
+    // window boundary ends one too).
+    std::vector<bool> target_generated;
+    for (std::int32_t w = 0; w < t.windows(); ++w) {
+      const auto [begin, end] = t.window(w);
+      for (size_t i = begin + 1; i < end; ++i) target_generated.push_back(t.generated[i] != 0);
+    }
     std::int64_t actions = 0;
-    for (size_t i = 1; i < t.tokens.size(); ++i)
-      if (t.generated[i] && !t.generated[i - 1]) ++actions;
+    for (size_t i = 0; i < target_generated.size(); ++i)
+      if (target_generated[i] && (i == 0 || !target_generated[i - 1])) ++actions;
     MOERL_CHECK(actions > 0, "episode " + std::to_string(t.episode_id) + " has no generated token to train on");
     std::int64_t finished = 0;  // actions completed before the current target
-    for (size_t i = 1; i < t.tokens.size(); ++i) {
-      const bool generated = t.generated[i] != 0;
-      if (!generated && t.generated[i - 1]) ++finished;
+    for (size_t i = 0; i < target_generated.size(); ++i) {
+      const bool generated = target_generated[i];
+      if (!generated && i > 0 && target_generated[i - 1]) ++finished;
       turn_index.push_back(generated ? finished : std::min(finished, actions - 1));
     }
     for (std::int64_t k = 0; k < actions; ++k)

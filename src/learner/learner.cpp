@@ -135,8 +135,12 @@ std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t&
     if (config_.run.deterministic)
       std::sort(episodes.begin(), episodes.end(), [](const auto& a, const auto& b) { return a.episode_id < b.episode_id; });
     std::int32_t oldest = std::numeric_limits<std::int32_t>::max();
-    for (const auto& e : episodes)
+    for (const auto& e : episodes) {
       if (e.min_version() >= 0) oldest = std::min(oldest, e.min_version());
+      // The context budget's books: episodes it ended, and episodes that went on with old turns dropped.
+      if (e.truncated) telemetry::metrics().add("learner.truncated_episodes");
+      if (e.dropped_turns > 0) telemetry::metrics().add("learner.context_rebuilt_episodes");
+    }
     // Bounded staleness: a group sampled by weights older than allowed is not trained on.
     if (oldest != std::numeric_limits<std::int32_t>::max() && version_ - oldest > config_.sync.max_staleness) {
       ++dropped;

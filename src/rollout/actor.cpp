@@ -19,9 +19,11 @@ EngineOptions engine_options(const config::Config& config, const model::EpisodeF
   EngineOptions options;
   options.format = format;
   options.context_budget = config.rollout.max_tokens_per_episode;
-  // The learner recomputes log-probs over exactly the tokens the actor fed:
-  // truncating old turns would make those differ, so a full context ends the
-  // episode (flagged) instead.
+  // The learner recomputes log-probs over exactly the tokens the actor fed,
+  // so the engine never cuts a context by itself: a full context ends the
+  // episode (flagged). With rollout.context_policy = drop_oldest_turns the
+  // actor rebuilds the context between turns instead (actor_context.cpp)
+  // and the trajectory records each window it fed.
   options.context_policy = ContextPolicy::ContextEndEpisode;
   options.isolate_sessions = config.run.deterministic;
   options.moe_top_k = config.rollout.moe_top_k;
@@ -152,6 +154,10 @@ void Actor::prompt_turn(Episode& episode, const std::string& observation, bool f
   const std::vector<std::int64_t> prompt = format_.prompt_turn(observation, first, episode.needs_end_of_turn);
   episode.needs_end_of_turn = false;
   Trajectory& t = episode.trajectory;
+  if (!first) {
+    if (config_.rollout.context_policy == config::ContextBudgetPolicy::DropOldestTurns) make_room(episode, prompt.size());
+    episode.turn_starts.push_back(t.tokens.size());
+  }
   for (std::int64_t token : prompt) {
     t.tokens.push_back(static_cast<std::int32_t>(token));
     t.generated.push_back(0);
@@ -229,6 +235,7 @@ void Actor::on_turn(std::uint64_t id) {
   telemetry::metrics().add("rollout.generated_tokens", static_cast<double>(turn.tokens.size()));
   if (turn.episode_over) {
     t.truncated = true;
+    telemetry::metrics().add("actor.truncated_episodes");
     finish(episode);
     return;
   }
@@ -320,25 +327,16 @@ void Actor::finish(Episode& episode) {
   if (engine_.has_session(episode.id)) {
     // The context budget can end an episode with a prompt the engine never
     // fed: the learner must see exactly the fed tokens (+ the last sampled one).
+    // (In the current context window: earlier ones were fed whole.)
     const auto fed = static_cast<size_t>(engine_.fed_length(episode.id));
-    if (t.tokens.size() > fed + 1) {
-      t.tokens.resize(fed + 1);
-      t.generated.resize(fed + 1);
-      t.behaviour_logprobs.resize(fed + 1);
-      t.versions.resize(fed + 1);
+    const size_t keep = episode.window_start + fed + 1;
+    if (t.tokens.size() > keep && (fed > 0 || t.window_starts.empty())) {
+      t.tokens.resize(keep);
+      t.generated.resize(keep);
+      t.behaviour_logprobs.resize(keep);
+      t.versions.resize(keep);
     }
-    if (moe_layers_ > 0) {
-      const torch::Tensor routing = engine_.context_routing(episode.id);  // [fed, layers, k]
-      if (routing.size(0) == static_cast<std::int64_t>(t.tokens.size()) - 1) {
-        const torch::Tensor bytes = routing.to(torch::kUInt8).contiguous();
-        t.routing.assign(bytes.data_ptr<std::uint8_t>(), bytes.data_ptr<std::uint8_t>() + bytes.numel());
-      } else {
-        telemetry::metrics().add("actor.routing_mismatch");  // the learner routes itself for this one
-        spdlog::debug("episode {}: routing of {} positions for {} tokens; not replayed", t.episode_id,
-                      routing.size(0), t.tokens.size());
-        t.moe_layers = t.top_k = 0;
-      }
-    }
+    if (moe_layers_ > 0) collect_routing(episode);
     engine_.remove_session(episode.id);
   } else {
     t.moe_layers = t.top_k = 0;

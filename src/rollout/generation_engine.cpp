@@ -128,6 +128,20 @@ void GenerationEngine::append_prompt(std::uint64_t id, const std::vector<std::in
   }
 }
 
+void GenerationEngine::replace_context(std::uint64_t id, std::vector<std::int64_t> tokens) {
+  Session& s = get(id);
+  MOERL_CHECK(!s.generating, "rollout: replace_context on session " + std::to_string(id) + " while it is generating");
+  MOERL_CHECK(static_cast<std::int64_t>(tokens.size()) <= budget_ - 1,
+              "rollout: replace_context: " + std::to_string(tokens.size()) + " tokens do not fit the context budget of " +
+                  std::to_string(budget_));
+  for (std::int64_t t : tokens)
+    MOERL_CHECK(t >= 0 && t < vocab_, "rollout: context token " + std::to_string(t) + " outside the vocabulary");
+  release_kv(s);
+  s.context = std::move(tokens);
+  s.truncated_since_turn = true;
+  telemetry::metrics().add("rollout.truncations");
+}
+
 void GenerationEngine::start_turn(std::uint64_t id, const SamplingParams& sampling, const StopParams& stop) {
   Session& s = get(id);
   MOERL_CHECK(!s.generating, "rollout: session " + std::to_string(id) + " is already generating");

@@ -57,6 +57,13 @@ std::int32_t Trajectory::min_version() const {
   return oldest;
 }
 
+std::pair<size_t, size_t> Trajectory::window(std::int32_t w) const {
+  const size_t begin = w == 0 ? 0 : static_cast<size_t>(window_starts.at(static_cast<size_t>(w - 1)));
+  const size_t end = static_cast<size_t>(w) < window_starts.size() ? static_cast<size_t>(window_starts[static_cast<size_t>(w)])
+                                                                   : tokens.size();
+  return {begin, end};
+}
+
 void Trajectory::encode(runtime::ByteWriter& w) const {
   w.put(episode_id);
   w.put(group_id);
@@ -67,6 +74,7 @@ void Trajectory::encode(runtime::ByteWriter& w) const {
   w.put_vector(generated);
   w.put_vector(behaviour_logprobs);
   w.put_vector(versions);
+  w.put_vector(window_starts);
   w.put_vector(routing);
   w.put(moe_layers);
   w.put(top_k);
@@ -74,6 +82,7 @@ void Trajectory::encode(runtime::ByteWriter& w) const {
   w.put(reward);
   w.put<std::uint8_t>(success);
   w.put<std::uint8_t>(truncated);
+  w.put(dropped_turns);
   w.put(wall_s);
   w.put<std::uint8_t>(static_cast<std::uint8_t>(failure));
   w.put_string(error);
@@ -108,6 +117,7 @@ Trajectory Trajectory::decode(runtime::ByteReader& r) {
   read_field("generated", [&] { t.generated = r.get_vector<std::uint8_t>(); });
   read_field("behaviour_logprobs", [&] { t.behaviour_logprobs = r.get_vector<float>(); });
   read_field("versions", [&] { t.versions = r.get_vector<std::int32_t>(); });
+  read_field("window_starts", [&] { t.window_starts = r.get_vector<std::int32_t>(); });
   read_field("routing", [&] { t.routing = r.get_vector<std::uint8_t>(); });
   read_field("moe_layers", [&] { t.moe_layers = r.get<std::int32_t>(); });
   read_field("top_k", [&] { t.top_k = r.get<std::int32_t>(); });
@@ -115,6 +125,7 @@ Trajectory Trajectory::decode(runtime::ByteReader& r) {
   read_field("reward", [&] { t.reward = r.get<double>(); });
   read_field("success", [&] { t.success = r.get<std::uint8_t>() != 0; });
   read_field("truncated", [&] { t.truncated = r.get<std::uint8_t>() != 0; });
+  read_field("dropped_turns", [&] { t.dropped_turns = r.get<std::int32_t>(); });
   read_field("wall_s", [&] { t.wall_s = r.get<double>(); });
   read_field("failure", [&] { t.failure = env::read_failure_reason(r); });
   read_field("error", [&] { t.error = r.get_string(); });
@@ -130,10 +141,19 @@ Trajectory Trajectory::decode(runtime::ByteReader& r) {
     throw runtime::WireError("trajectory fields generated/behaviour_logprobs/versions disagree in length with tokens (" +
                              std::to_string(t.generated.size()) + "/" + std::to_string(t.behaviour_logprobs.size()) +
                              "/" + std::to_string(t.versions.size()) + " vs " + std::to_string(n) + ")");
+  // Every window holds at least 2 tokens (one position scores the next).
+  size_t previous = 0;
+  for (const std::int32_t start : t.window_starts) {
+    if (start < 0 || static_cast<size_t>(start) < previous + 2 || static_cast<size_t>(start) + 2 > n)
+      throw runtime::WireError("trajectory field window_starts: " + std::to_string(start) +
+                               " does not leave 2 tokens per window of " + std::to_string(n));
+    previous = static_cast<size_t>(start);
+  }
+  const size_t windows = t.window_starts.size() + 1;
   const size_t per_position = static_cast<size_t>(std::max(0, t.moe_layers)) * static_cast<size_t>(std::max(0, t.top_k));
-  if (per_position && n > 0 && t.routing.size() != (n - 1) * per_position)
+  if (per_position && n > 0 && t.routing.size() != (n - windows) * per_position)
     throw runtime::WireError("trajectory field routing holds " + std::to_string(t.routing.size()) +
-                             " entries, expected " + std::to_string((n - 1) * per_position));
+                             " entries, expected " + std::to_string((n - windows) * per_position));
   if (!per_position && !t.routing.empty())
     throw runtime::WireError("trajectory field routing holds " + std::to_string(t.routing.size()) +
                              " entries without moe_layers and top_k");

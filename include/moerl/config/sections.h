@@ -156,6 +156,8 @@ struct ExternalEnvSection {
 
 // How actors store the KV cache ([rollout] kv_cache_dtype).
 enum class KvCacheStorage { Float32, Int8 };
+// What an actor does when an episode's next turn would not fit its context budget.
+enum class ContextBudgetPolicy { EndEpisode, DropOldestTurns };
 
 // [rollout]: generation on the actors.
 struct RolloutSection {
@@ -171,6 +173,7 @@ struct RolloutSection {
   double eval_temperature = 0.0;             // 0 = greedy evaluation
   bool eval_greedy = true;                   // also play each held-out seed at temperature 0
   KvCacheStorage kv_cache_dtype = KvCacheStorage::Float32;  // int8: per-head, per-token scales
+  ContextBudgetPolicy context_policy = ContextBudgetPolicy::EndEpisode;
 };
 
 enum class AdvantageEstimator { Grpo, DrGrpo, Rloo, Ppo };

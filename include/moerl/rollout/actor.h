@@ -90,6 +90,11 @@ class Actor {
     int env_worker = -1;                    // the rank hosting its session
     std::string snapshot_path;              // its latest archived snapshot ([env] snapshot_every_turns) ...
     size_t snapshot_turn = 0;               // ... taken after this many actions
+    // The context window being fed (rollout.context_policy, actor_context.cpp).
+    size_t window_start = 0;                // token index where it starts in the trajectory
+    std::vector<size_t> turn_starts;        // token indices of its prompts after the first: where turns begin
+    std::vector<std::uint8_t> window_routing;  // routing of the finished windows, in order
+    bool window_routing_lost = false;       // a finished window's routing did not cover it
   };
 
   void request_work();
@@ -98,6 +103,12 @@ class Actor {
   void on_env_reply(const env::EnvReply& reply);
   void on_turn(std::uint64_t id);
   void prompt_turn(Episode& episode, const std::string& observation, bool first);
+  // drop_oldest_turns (actor_context.cpp): before a prompt of `prompt_tokens`,
+  // rebuilds the context as head + newest whole turns when the next turn
+  // would not fit; false when even the head alone leaves no room.
+  bool make_room(Episode& episode, size_t prompt_tokens);
+  // At the end: the routing of every window, or nothing when one is incomplete.
+  void collect_routing(Episode& episode);
   void finish(Episode& episode);
   void fail(Episode& episode, env::FailureReason reason, const std::string& error, int attempts);
   void send_episode(Trajectory& t);

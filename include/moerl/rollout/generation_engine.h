@@ -163,6 +163,12 @@ class GenerationEngine {
   // Appends tokens to the session's context (queued for prefill). Not while
   // the session is generating. May apply the context policy (see above).
   void append_prompt(std::uint64_t id, const std::vector<std::int64_t>& tokens);
+  // Replaces the session's context with `tokens` (a caller's rebuilt one,
+  // e.g. the actor's drop_oldest_turns): its KV and recorded routing are
+  // dropped and the new context is prefilled by the next steps. Not while
+  // generating. Counts rollout.truncations; the next turn records
+  // context_truncated.
+  void replace_context(std::uint64_t id, std::vector<std::int64_t> tokens);
   // The session generates from the end of its context until a stop condition.
   // Its previous turn must have been taken.
   void start_turn(std::uint64_t id, const SamplingParams& sampling, const StopParams& stop);

@@ -43,7 +43,13 @@ struct TaskAssignment {
 };
 
 // A finished episode. tokens is the whole context the actor fed its model,
-// in order; generated[i] = 1 where the policy sampled tokens[i].
+// in order; generated[i] = 1 where the policy sampled tokens[i]. When the
+// actor rebuilt the context to fit its budget (rollout.context_policy =
+// "drop_oldest_turns"), tokens holds one context window after the other:
+// window w starts at window_starts[w - 1] (window 0 at 0) and begins again
+// from position 0 with the task statement and the newest turns, re-fed as
+// tokens that are not generated (they were trained on in their first
+// window). The learner scores every window as a sequence of its own.
 struct Trajectory {
   static constexpr runtime::MessageType kType = runtime::MessageType::Trajectory;
   std::uint64_t episode_id = 0;
@@ -55,13 +61,15 @@ struct Trajectory {
   std::vector<std::uint8_t> generated;       // [n]
   std::vector<float> behaviour_logprobs;     // [n]; 0 where not generated
   std::vector<std::int32_t> versions;        // [n]; policy version that produced the token, -1 if not generated
-  std::vector<std::uint8_t> routing;         // [(n - 1) * moe_layers * top_k] experts of every fed position
+  std::vector<std::int32_t> window_starts;   // token index of each context window after the first; increasing
+  std::vector<std::uint8_t> routing;         // [(n - windows) * moe_layers * top_k] experts of every fed position
   std::int32_t moe_layers = 0;
   std::int32_t top_k = 0;
   std::vector<float> turn_rewards;           // reward of each environment step
   double reward = 0;                         // sum of turn rewards
   bool success = false;
   bool truncated = false;                    // the context budget ended it
+  std::int32_t dropped_turns = 0;            // turns dropped from the context to fit the budget (it went on)
   double wall_s = 0;                         // open to close
   // A session that failed for good (its environment used up its retries, or
   // the env worker never answered) travels as a failure record: the arrays
@@ -75,6 +83,9 @@ struct Trajectory {
   bool failed() const { return failure != env::FailureReason::FailureNone; }
   std::int32_t turns() const { return static_cast<std::int32_t>(turn_rewards.size()); }
   std::int32_t min_version() const;          // oldest version among generated tokens (-1 if none)
+  std::int32_t windows() const { return static_cast<std::int32_t>(window_starts.size()) + 1; }
+  // [begin, end) of context window w (0 <= w < windows()).
+  std::pair<size_t, size_t> window(std::int32_t w) const;
 
   void encode(runtime::ByteWriter& w) const;
   // Checks the arrays agree in length, and that a failure record carries no tokens.
