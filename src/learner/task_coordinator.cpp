@@ -85,11 +85,12 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
   std::int64_t allowed = train_groups_allowed();
   const std::set<std::string> paused = breaker_.paused(runtime::monotonic_seconds());
   if (paused.size() >= config_.env.families.size()) return groups;
+  const std::map<std::string, double> scales = curriculum_.weight_scales();  // unchanged within one call
   while (allowed > 0 && free_slots >= group_size) {
     rollout::TaskGroup g;
     g.group_id = next_group_++;
     const std::uint64_t seed = next_seed_++;
-    g.task = env::make_task(config_, env::pick_family(config_, mix64(seed), paused, curriculum_.weight_scales()), seed);
+    g.task = env::make_task(config_, env::pick_family(config_, mix64(seed), paused, scales), seed);
     if (config_.env.curriculum) g.task.difficulty = curriculum_.difficulty(g.task.family);
     g.size = group_size;
     g.min_version = std::max(min_version_floor_, config_.sync.asynchronous ? std::int64_t{0} : policy_version);

@@ -285,6 +285,7 @@ void Actor::fail(Episode& episode, env::FailureReason reason, const std::string&
   t.behaviour_logprobs.clear();
   t.versions.clear();
   t.routing.clear();
+  t.window_starts.clear();
   t.turn_rewards.clear();
   t.moe_layers = t.top_k = 0;
   t.reward = 0;
