@@ -78,11 +78,13 @@ void add_optimizer_state(storage::CheckpointWriter& writer, torch::optim::Optimi
 }
 
 torch::Tensor read_like(const storage::CheckpointReader& reader, const std::string& name, const torch::Tensor& like) {
-  // read(spec) checks dtype and shape against the parameter, naming file and dataset.
-  const std::vector<std::uint8_t> bytes = reader.read(
-      storage::ArraySpec{name, storage::DType::Float32, storage::Shape(like.sizes().begin(), like.sizes().end())});
+  // check_arrays names file and dataset when dtype or shape differ from the
+  // parameter's; the data then goes straight into the tensor (no staging
+  // buffer to zero and copy: 2 of every 3 arrays of a checkpoint are these).
+  reader.check_arrays(
+      {storage::ArraySpec{name, storage::DType::Float32, storage::Shape(like.sizes().begin(), like.sizes().end())}});
   torch::Tensor t = torch::empty(like.sizes(), torch::kFloat32);
-  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
+  reader.read_into(name, t.data_ptr(), static_cast<size_t>(t.numel()) * sizeof(float));
   return t.to(like.options());
 }
 
