@@ -6,14 +6,19 @@
 // (tokens/s x FLOPs per token, FLOPs per token = 2 x active parameters +
 // attention over the context) divided by the GFLOP/s of a large matmul
 // measured on this machine.
+// `moerl bench rollout [--config C] [--set k=v] [--init FILE|hf:DIR]`
+// decodes with a run's policy and real weights instead of random ones.
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "decode_timing.h"
+#include "policy_bench_args.h"
 #include "moerl/bench/registry.h"
+#include "moerl/config/config.h"
 #include "moerl/bench/timing.h"
 #include "moerl/model/policy.h"
 #include "moerl/model/tokenizer.h"
@@ -122,20 +127,42 @@ Measured run_recompute(model::Policy& policy, std::int64_t sessions, std::int64_
   return m;
 }
 
+// The model to decode with: the default architecture with random weights,
+// or, with any of --config/--set/--init, a run's policy with real weights
+// (--init FILE, or --init hf:DIR for a Hugging Face directory), so that the
+// numbers compare with another engine on the same weights.
+model::Policy rollout_policy(const BenchOptions& options) {
+  if (options.args.empty()) {
+    config::ModelSection model;  // defaults
+    config::MoeSection moe;
+    if (options.quick) {
+      model.d_model = 64;
+      model.d_ff = 128;
+      model.max_seq_len = 128;
+      moe.d_expert = 64;
+    }
+    torch::manual_seed(1);
+    model::Policy policy(model, moe);
+    policy->eval();
+    return policy;
+  }
+  PolicyBenchArgs args = parse_policy_bench_args(options.args, "bench rollout",
+                                                 "--config F, --set section.key=value, --init FILE|hf:DIR", nullptr);
+  if (args.init_path.rfind("hf:", 0) == 0) {
+    args.overrides.push_back("model.source=" + args.init_path);
+    args.init_path.clear();
+  }
+  const config::Config config = config::load_config_file(args.config_path, args.overrides);
+  return make_bench_policy(config, args.init_path, "bench rollout");
+}
+
 BenchReport run_rollout_bench(const BenchOptions& options) {
   BenchReport report;
   report.bench = "rollout";
-  config::ModelSection model;  // defaults
-  config::MoeSection moe;
-  if (options.quick) {
-    model.d_model = 64;
-    model.d_ff = 128;
-    model.max_seq_len = 128;
-    moe.d_expert = 64;
-  }
-  torch::manual_seed(1);
-  model::Policy policy(model, moe);
-  policy->eval();
+  torch::NoGradGuard no_grad;
+  model::Policy policy = rollout_policy(options);
+  const config::ModelSection& model = policy->model_config();
+  const config::MoeSection& moe = policy->moe_config();
   const double peak = matmul_gflops(options.quick ? 256 : 1024, options.quick ? 2 : 5);
   const std::vector<std::int64_t> batch_sizes =
       options.quick ? std::vector<std::int64_t>{1, 4} : std::vector<std::int64_t>{1, 4, 16, 64, 256};
@@ -143,6 +170,11 @@ BenchReport run_rollout_bench(const BenchOptions& options) {
       options.quick ? std::vector<std::int64_t>{32} : std::vector<std::int64_t>{64, 512};
   const std::int64_t steps = options.quick ? 8 : 32;
   for (std::int64_t ctx : contexts) {
+    if (ctx + steps + 1 > model.max_seq_len) {
+      std::fprintf(stderr, "bench rollout: context %lld skipped: model.max_seq_len is %lld\n",
+                   static_cast<long long>(ctx), static_cast<long long>(model.max_seq_len));
+      continue;
+    }
     for (std::int64_t sessions : batch_sizes) {
       const Measured cached = run_engine(policy, sessions, ctx, steps);
       // The recompute baseline costs sessions x context tokens per step:
