@@ -33,6 +33,7 @@
 #include <map>
 #include <sstream>
 
+#include "bench_args.h"
 #include "child_jobs.h"
 #include "moerl/bench/registry.h"
 #include "moerl/core/error.h"
@@ -60,7 +61,7 @@ const std::vector<Objective>& objectives() {
 }
 
 struct AlgosArgs {
-  std::string config_path = std::string(MOERL_SOURCE_DIR) + "/configs/quickstart.toml";
+  std::string config_path;
   std::vector<std::string> overrides;
   std::string init_path;
   std::int64_t steps = 200;
@@ -72,45 +73,28 @@ struct AlgosArgs {
 AlgosArgs parse_args(const std::vector<std::string>& args, bool quick) {
   AlgosArgs out;
   if (quick) out.steps = 4;
-  auto number = [](const std::string& option, const std::string& text) {
-    std::size_t used = 0;
-    std::int64_t n = 0;
-    try {
-      n = std::stoll(text, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != text.size() || text.empty())
-      throw moerl::Error("bench algos: " + option + " takes whole numbers, got '" + text + "'");
-    return n;
-  };
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw moerl::Error("bench algos: " + a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--config" || a == "-c") {
-      out.config_path = value();
-    } else if (a == "--set") {
-      out.overrides.push_back(value());
-    } else if (a == "--init") {
-      out.init_path = value();
-    } else if (a == "--steps") {
-      out.steps = number(a, value());
-    } else if (a == "--seeds") {
-      out.seeds.clear();
-      for (const std::string& s : moerl::bench::split_commas(value())) out.seeds.push_back(number(a, s));
-    } else if (a == "--only") {
-      out.only = moerl::bench::split_commas(value());
-    } else if (a == "--dir") {
-      out.dir = value();
-    } else {
-      throw moerl::Error("bench algos: unknown option '" + a +
-                         "' (options: --config F, --steps N, --init FILE, --seeds 1,2, --only grpo,ppo, --dir D, "
-                         "--set section.key=value)");
-    }
-  }
+  const std::string who = "bench algos";
+  const moerl::bench::PolicyBenchArgs run = moerl::bench::parse_policy_bench_args(
+      args, who, "--config F, --steps N, --init FILE, --seeds 1,2, --only grpo,ppo, --dir D, --set section.key=value",
+      [&](const std::string& option, const auto& value) {
+        if (option == "--steps") {
+          out.steps = moerl::bench::whole_number(value(), who, option);
+        } else if (option == "--seeds") {
+          out.seeds.clear();
+          for (const std::string& s : moerl::bench::split_commas(value()))
+            out.seeds.push_back(moerl::bench::whole_number(s, who, option));
+        } else if (option == "--only") {
+          out.only = moerl::bench::split_commas(value());
+        } else if (option == "--dir") {
+          out.dir = value();
+        } else {
+          return false;
+        }
+        return true;
+      });
+  out.config_path = run.config_path;
+  out.overrides = run.overrides;
+  out.init_path = run.init_path;
   if (out.steps < 2) throw moerl::Error("bench algos: --steps must be at least 2, got " + std::to_string(out.steps));
   if (out.seeds.empty()) throw moerl::Error("bench algos: --seeds names no seed");
   for (const std::string& name : out.only)

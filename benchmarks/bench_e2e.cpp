@@ -36,6 +36,7 @@
 #include <fstream>
 #include <thread>
 
+#include "bench_args.h"
 #include "moerl/bench/registry.h"
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/config/config.h"
@@ -65,27 +66,23 @@ struct E2eArgs {
 E2eArgs parse_args(const std::vector<std::string>& args, bool quick) {
   E2eArgs out;
   if (quick) out.steps = 3;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw moerl::Error("bench e2e: " + a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--config" || a == "-c") {
-      out.config_path = value();
-    } else if (a == "--set") {
-      out.overrides.push_back(value());
-    } else if (a == "--init") {
-      out.init_path = value();
-    } else if (a == "--steps") {
-      out.steps = std::stoll(value());
-    } else if (a == "--repeat") {
-      out.repeat = std::stoi(value());
-    } else {
-      throw moerl::Error("bench e2e: unknown option '" + a +
-                         "' (options: --config F, --set section.key=value, --init FILE, --steps K, --repeat R)");
-    }
-  }
+  const std::string who = "bench e2e";
+  const moerl::bench::PolicyBenchArgs run = moerl::bench::parse_policy_bench_args(
+      args, who, "--config F, --set section.key=value, --init FILE, --steps K, --repeat R",
+      [&](const std::string& option, const auto& value) {
+        if (option == "--steps") {
+          out.steps = moerl::bench::whole_number(value(), who, option);
+        } else if (option == "--repeat") {
+          out.repeat = static_cast<int>(moerl::bench::whole_number(value(), who, option));
+        } else {
+          return false;
+        }
+        return true;
+      },
+      /*default_config=*/"");
+  out.config_path = run.config_path;
+  out.overrides = run.overrides;
+  out.init_path = run.init_path;
   if (out.config_path.empty())
     throw moerl::Error("bench e2e needs --config F: mpirun -np 4 moerl bench e2e --config configs/quickstart.toml");
   if (out.repeat < 1) throw moerl::Error("bench e2e: --repeat must be at least 1");

@@ -24,6 +24,7 @@
 #include <iostream>
 #include <map>
 
+#include "bench_args.h"
 #include "child_jobs.h"
 #include "moerl/bench/registry.h"
 #include "moerl/core/error.h"
@@ -41,7 +42,7 @@ struct FaultCase {
 };
 
 struct FaultArgs {
-  std::string config_path = std::string(MOERL_SOURCE_DIR) + "/configs/quickstart.toml";
+  std::string config_path;
   std::vector<std::string> overrides;
   std::string init_path;
   std::int64_t steps = 40;
@@ -52,23 +53,24 @@ struct FaultArgs {
 FaultArgs parse_args(const std::vector<std::string>& args, bool quick) {
   FaultArgs out;
   if (quick) out.steps = 16;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw moerl::Error("bench faults: " + a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--config" || a == "-c") out.config_path = value();
-    else if (a == "--set") out.overrides.push_back(value());
-    else if (a == "--init") out.init_path = value();
-    else if (a == "--steps") out.steps = std::stoll(value());
-    else if (a == "--only") out.only = moerl::bench::split_commas(value());
-    else if (a == "--dir") out.dir = value();
-    else
-      throw moerl::Error("bench faults: unknown option '" + a +
-                         "' (options: --config F, --set section.key=value, --init FILE, --steps K, --only a,b, "
-                         "--dir D)");
-  }
+  const std::string who = "bench faults";
+  const moerl::bench::PolicyBenchArgs run = moerl::bench::parse_policy_bench_args(
+      args, who, "--config F, --set section.key=value, --init FILE, --steps K, --only a,b, --dir D",
+      [&](const std::string& option, const auto& value) {
+        if (option == "--steps") {
+          out.steps = moerl::bench::whole_number(value(), who, option);
+        } else if (option == "--only") {
+          out.only = moerl::bench::split_commas(value());
+        } else if (option == "--dir") {
+          out.dir = value();
+        } else {
+          return false;
+        }
+        return true;
+      });
+  out.config_path = run.config_path;
+  out.overrides = run.overrides;
+  out.init_path = run.init_path;
   if (out.steps < 8) throw moerl::Error("bench faults: --steps must be at least 8");
   return out;
 }

@@ -31,7 +31,8 @@
 #include "moerl/core/error.h"
 #include "moerl/model/kv_cache.h"
 #include "moerl/model/policy.h"
-#include "policy_bench_args.h"
+#include "bench_args.h"
+#include "bench_policy.h"
 
 namespace moerl::bench {
 namespace {

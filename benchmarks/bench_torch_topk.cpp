@@ -29,7 +29,8 @@
 #include <vector>
 
 #include "decode_timing.h"
-#include "policy_bench_args.h"
+#include "bench_args.h"
+#include "bench_policy.h"
 #include "moerl/bench/registry.h"
 #include "moerl/bench/timing.h"
 #include "moerl/config/config.h"
