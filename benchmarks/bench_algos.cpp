@@ -61,9 +61,7 @@ const std::vector<Objective>& objectives() {
 }
 
 struct AlgosArgs {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  std::string init_path;
+  moerl::bench::PolicyBenchArgs run;  // --config, --set, --init
   std::int64_t steps = 200;
   std::vector<std::int64_t> seeds = {1};
   std::vector<std::string> only;
@@ -74,7 +72,7 @@ AlgosArgs parse_args(const std::vector<std::string>& args, bool quick) {
   AlgosArgs out;
   if (quick) out.steps = 4;
   const std::string who = "bench algos";
-  const moerl::bench::PolicyBenchArgs run = moerl::bench::parse_policy_bench_args(
+  out.run = moerl::bench::parse_policy_bench_args(
       args, who, "--config F, --steps N, --init FILE, --seeds 1,2, --only grpo,ppo, --dir D, --set section.key=value",
       [&](const std::string& option, const auto& value) {
         if (option == "--steps") {
@@ -92,17 +90,14 @@ AlgosArgs parse_args(const std::vector<std::string>& args, bool quick) {
         }
         return true;
       });
-  out.config_path = run.config_path;
-  out.overrides = run.overrides;
-  out.init_path = run.init_path;
   if (out.steps < 2) throw moerl::Error("bench algos: --steps must be at least 2, got " + std::to_string(out.steps));
   if (out.seeds.empty()) throw moerl::Error("bench algos: --seeds names no seed");
   for (const std::string& name : out.only)
     if (std::none_of(objectives().begin(), objectives().end(), [&](const Objective& o) { return o.name == name; }))
       throw moerl::Error("bench algos: --only: unknown objective '" + name +
                          "' (objectives: grpo, dr_grpo, rloo, ppo, gspo)");
-  if (!out.init_path.empty() && !fs::is_regular_file(out.init_path))
-    throw moerl::Error("bench algos: --init " + out.init_path + " is not a file");
+  if (!out.run.init_path.empty() && !fs::is_regular_file(out.run.init_path))
+    throw moerl::Error("bench algos: --init " + out.run.init_path + " is not a file");
   out.dir = fs::absolute(out.dir).lexically_normal().string();
   return out;
 }
@@ -189,10 +184,10 @@ void read_outcome(RunResult& r) {
 std::vector<std::string> train_argv(const AlgosArgs& args, const Objective& objective, std::int64_t seed,
                                     const std::string& launcher, const std::string& init) {
   // No restarts: a restarted run would mix two runs' wall time and curves.
-  std::vector<std::string> argv = {launcher, "--max-restarts", "0", "-n", "4", "train", "--config", args.config_path};
+  std::vector<std::string> argv = {launcher, "--max-restarts", "0", "-n", "4", "train", "--config", args.run.config_path};
   // The user's overrides first: the bench's own (where runs go, the budget, the layout of -n 4, the
   // objective) win.
-  std::vector<std::string> sets = args.overrides;
+  std::vector<std::string> sets = args.run.overrides;
   for (const std::string& s :
        {"run.output_dir=" + args.dir, "run.name=algos-" + objective.name + "-s" + std::to_string(seed),
         "run.seed=" + std::to_string(seed), "optim.total_steps=" + std::to_string(args.steps),
@@ -211,10 +206,10 @@ std::vector<std::string> train_argv(const AlgosArgs& args, const Objective& obje
 
 // The base every run starts from: --init, or one pretrained here with the config's [pretrain].
 std::string base_weights(const AlgosArgs& args) {
-  if (!args.init_path.empty()) return fs::absolute(args.init_path).string();
+  if (!args.run.init_path.empty()) return fs::absolute(args.run.init_path).string();
   const std::string base = args.dir + "/base.pt", log = args.dir + "/pretrain.log";
-  std::vector<std::string> argv = {moerl::bench::self_binary(), "pretrain", "--config", args.config_path};
-  for (const std::string& s : args.overrides) {
+  std::vector<std::string> argv = {moerl::bench::self_binary(), "pretrain", "--config", args.run.config_path};
+  for (const std::string& s : args.run.overrides) {
     argv.push_back("--set");
     argv.push_back(s);
   }
@@ -264,7 +259,7 @@ std::string status_text(const RunResult& r) {
 
 std::string markdown(const AlgosArgs& args, const std::string& init, const std::vector<RunResult>& runs) {
   std::ostringstream md;
-  md << "## moerl bench algos\n\nconfig " << args.config_path << ", " << args.steps << " steps, seeds";
+  md << "## moerl bench algos\n\nconfig " << args.run.config_path << ", " << args.steps << " steps, seeds";
   for (std::int64_t s : args.seeds) md << " " << s;
   md << ", base " << init << "\n\nHeld-out success per family (sampled evaluation; [95% interval] where summary.json "
      << "has one, else successes/episodes); gain in points of success.\n\n"
@@ -325,11 +320,11 @@ void write_score(JsonWriter& json, const Score& s) {
 std::string results_json(const AlgosArgs& args, const std::string& init, const std::vector<RunResult>& runs,
                          const std::vector<std::string>& plots, const std::string& plot_problem) {
   JsonWriter json;
-  json.begin_object().key("bench").value("algos").key("config").value(args.config_path);
+  json.begin_object().key("bench").value("algos").key("config").value(args.run.config_path);
   json.key("steps").value(args.steps).key("init").value(init).key("seeds").begin_array();
   for (std::int64_t s : args.seeds) json.value(s);
   json.end_array().key("overrides").begin_array();
-  for (const std::string& s : args.overrides) json.value(s);
+  for (const std::string& s : args.run.overrides) json.value(s);
   json.end_array().key("runs").begin_array();
   for (const RunResult& r : runs) {
     const auto objective = std::find_if(objectives().begin(), objectives().end(),

@@ -56,9 +56,7 @@ namespace {
 using moerl::JsonValue;
 
 struct E2eArgs {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  std::string init_path;
+  moerl::bench::PolicyBenchArgs run;  // --config, --set, --init
   std::int64_t steps = 10;
   int repeat = 1;  // phases alternate async, sync, async, ...; the best of each mode counts
 };
@@ -67,7 +65,7 @@ E2eArgs parse_args(const std::vector<std::string>& args, bool quick) {
   E2eArgs out;
   if (quick) out.steps = 3;
   const std::string who = "bench e2e";
-  const moerl::bench::PolicyBenchArgs run = moerl::bench::parse_policy_bench_args(
+  out.run = moerl::bench::parse_policy_bench_args(
       args, who, "--config F, --set section.key=value, --init FILE, --steps K, --repeat R",
       [&](const std::string& option, const auto& value) {
         if (option == "--steps") {
@@ -80,10 +78,7 @@ E2eArgs parse_args(const std::vector<std::string>& args, bool quick) {
         return true;
       },
       /*default_config=*/"");
-  out.config_path = run.config_path;
-  out.overrides = run.overrides;
-  out.init_path = run.init_path;
-  if (out.config_path.empty())
+  if (out.run.config_path.empty())
     throw moerl::Error("bench e2e needs --config F: mpirun -np 4 moerl bench e2e --config configs/quickstart.toml");
   if (out.repeat < 1) throw moerl::Error("bench e2e: --repeat must be at least 1");
   if (out.steps < 2) throw moerl::Error("bench e2e: --steps must be at least 2 (the first step is warm-up)");
@@ -306,7 +301,7 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const E2eArgs args = parse_args(options.args, options.quick);
-  const moerl::config::Config base = moerl::config::load_config_file(args.config_path, args.overrides);
+  const moerl::config::Config base = moerl::config::load_config_file(args.run.config_path, args.run.overrides);
   moerl::config::check_world_size(base, size);
 
   moerl::bench::BenchReport report;
@@ -317,8 +312,8 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
   try {
     // Alternating the modes spreads a shared machine's changing load over both.
     for (int r = 0; r < args.repeat; ++r) {
-      const PhaseResult a = run_phase(phase_config(base, true, args.steps), args.init_path, args.steps);
-      const PhaseResult b = run_phase(phase_config(base, false, args.steps), args.init_path, args.steps);
+      const PhaseResult a = run_phase(phase_config(base, true, args.steps), args.run.init_path, args.steps);
+      const PhaseResult b = run_phase(phase_config(base, false, args.steps), args.run.init_path, args.steps);
       if (a.steps_per_s > async_result.steps_per_s) async_result = a;
       if (b.steps_per_s > sync_result.steps_per_s) sync_result = b;
     }

@@ -42,9 +42,7 @@ struct FaultCase {
 };
 
 struct FaultArgs {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  std::string init_path;
+  moerl::bench::PolicyBenchArgs run;  // --config, --set, --init
   std::int64_t steps = 40;
   std::vector<std::string> only;
   std::string dir = "runs/bench-faults";
@@ -54,7 +52,7 @@ FaultArgs parse_args(const std::vector<std::string>& args, bool quick) {
   FaultArgs out;
   if (quick) out.steps = 16;
   const std::string who = "bench faults";
-  const moerl::bench::PolicyBenchArgs run = moerl::bench::parse_policy_bench_args(
+  out.run = moerl::bench::parse_policy_bench_args(
       args, who, "--config F, --set section.key=value, --init FILE, --steps K, --only a,b, --dir D",
       [&](const std::string& option, const auto& value) {
         if (option == "--steps") {
@@ -68,9 +66,6 @@ FaultArgs parse_args(const std::vector<std::string>& args, bool quick) {
         }
         return true;
       });
-  out.config_path = run.config_path;
-  out.overrides = run.overrides;
-  out.init_path = run.init_path;
   if (out.steps < 8) throw moerl::Error("bench faults: --steps must be at least 8");
   return out;
 }
@@ -137,9 +132,9 @@ std::vector<std::string> job_argv(const FaultArgs& args, const FaultCase& fault,
   std::vector<std::string> argv = {launcher, "--max-restarts", "2", "--min-uptime", "5"};
   argv.insert(argv.end(), fault.launch_args.begin(), fault.launch_args.end());
   for (const char* a : {"-n", "5", "train", "--config"}) argv.emplace_back(a);
-  argv.push_back(args.config_path);
+  argv.push_back(args.run.config_path);
   // The user's overrides first: the bench's own (where runs go, the layout of -n 5) win.
-  std::vector<std::string> sets = args.overrides;
+  std::vector<std::string> sets = args.run.overrides;
   for (const std::string& s : {"run.output_dir=" + args.dir, "run.name=faults-" + fault.name,
                                "optim.total_steps=" + std::to_string(args.steps), std::string("cluster.learners=1"),
                                std::string("cluster.actors=2"), std::string("cluster.env_workers=2"),
@@ -151,9 +146,9 @@ std::vector<std::string> job_argv(const FaultArgs& args, const FaultCase& fault,
     argv.push_back("--set");
     argv.push_back(s);
   }
-  if (!args.init_path.empty()) {
+  if (!args.run.init_path.empty()) {
     argv.push_back("--init");
-    argv.push_back(args.init_path);
+    argv.push_back(args.run.init_path);
   }
   return argv;
 }
