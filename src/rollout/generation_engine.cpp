@@ -100,21 +100,29 @@ bool GenerationEngine::truncate_context(Session& s) {
   if (head + (size - cut) > budget_ - 1) return false;
   std::vector<std::int64_t> kept(s.context.begin(), s.context.begin() + head);
   kept.insert(kept.end(), s.context.begin() + cut, s.context.end());
-  s.context = std::move(kept);
+  reset_context(s, std::move(kept));
+  return true;
+}
+
+void GenerationEngine::reset_context(Session& s, std::vector<std::int64_t> tokens) {
   release_kv(s);
+  s.context = std::move(tokens);
   s.truncated_since_turn = true;
   telemetry::metrics().add("rollout.truncations");
-  return true;
+}
+
+void GenerationEngine::check_vocabulary(const std::vector<std::int64_t>& tokens, const char* what) const {
+  for (std::int64_t t : tokens) {
+    MOERL_CHECK(t >= 0 && t < vocab_, std::string("rollout: ") + what + " token " + std::to_string(t) +
+                                          " outside the vocabulary [0, " + std::to_string(vocab_) + ")");
+  }
 }
 
 void GenerationEngine::append_prompt(std::uint64_t id, const std::vector<std::int64_t>& tokens) {
   Session& s = get(id);
   MOERL_CHECK(!s.generating, "rollout: append_prompt on session " + std::to_string(id) +
                                  " while it is generating");
-  for (std::int64_t t : tokens) {
-    MOERL_CHECK(t >= 0 && t < vocab_, "rollout: prompt token " + std::to_string(t) +
-                                          " outside the vocabulary [0, " + std::to_string(vocab_) + ")");
-  }
+  check_vocabulary(tokens, "prompt");
   if (s.over) return;  // the episode already ended; nothing more is fed
   const std::size_t before = s.context.size();
   s.context.insert(s.context.end(), tokens.begin(), tokens.end());
@@ -134,12 +142,8 @@ void GenerationEngine::replace_context(std::uint64_t id, std::vector<std::int64_
   MOERL_CHECK(static_cast<std::int64_t>(tokens.size()) <= budget_ - 1,
               "rollout: replace_context: " + std::to_string(tokens.size()) + " tokens do not fit the context budget of " +
                   std::to_string(budget_));
-  for (std::int64_t t : tokens)
-    MOERL_CHECK(t >= 0 && t < vocab_, "rollout: context token " + std::to_string(t) + " outside the vocabulary");
-  release_kv(s);
-  s.context = std::move(tokens);
-  s.truncated_since_turn = true;
-  telemetry::metrics().add("rollout.truncations");
+  check_vocabulary(tokens, "context");
+  reset_context(s, std::move(tokens));
 }
 
 void GenerationEngine::start_turn(std::uint64_t id, const SamplingParams& sampling, const StopParams& stop) {

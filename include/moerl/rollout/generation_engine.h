@@ -240,6 +240,9 @@ class GenerationEngine {
   std::int64_t feed_target(const Session& s) const;  // context tokens that should be fed now
   void release_kv(Session& s);
   bool truncate_context(Session& s);  // false: the head leaves no room
+  // The one way a context is cut or replaced: KV dropped, the next turn flagged context_truncated.
+  void reset_context(Session& s, std::vector<std::int64_t> tokens);
+  void check_vocabulary(const std::vector<std::int64_t>& tokens, const char* what) const;  // throws naming `what`
   void finish_turn(Session& s, StopReason reason, std::vector<std::uint64_t>& finished);
   void end_episode(Session& s, StopReason reason);
   std::vector<Row> schedule();
