@@ -2,7 +2,8 @@
 // version-fenced, through WeightPublisher/WeightReceiver) against a plain
 // MPI_Bcast of the same bytes, in the same job. Time is from a common start
 // (barrier) to the moment the last rank holds the bytes in its parameters
-// (max over ranks; the receivers' apply() is included).
+// (max over ranks; the receivers' apply() is included: a buffer swap, as in
+// the actors).
 //
 // Cases per size: "publish" (the learner's way: a snapshot copy, training
 // goes on meanwhile) and "publish_in_place" (buckets sent straight from the
@@ -88,10 +89,13 @@ moerl::bench::BenchCase publication_case(moerl::comm::Communicator& comm, size_t
   sync_options.snapshot = snapshot;
   std::unique_ptr<moerl::sync::WeightPublisher> publisher;
   std::unique_ptr<moerl::sync::WeightReceiver> receiver;
+  moerl::sync::FlatWeights live;  // a receiver's parameters
   if (rank == 0) {
     publisher = std::make_unique<moerl::sync::WeightPublisher>(comm, views, sync_options);
   } else {
-    receiver = std::make_unique<moerl::sync::WeightReceiver>(comm, views, sync_options);
+    // As the actors receive: versions land beside the live weights and apply() swaps them.
+    receiver = std::make_unique<moerl::sync::WeightReceiver>(comm, views, sync_options,
+                                                             [&live](const moerl::sync::FlatWeights& w) { live = w; });
   }
   Timing best;
   best.total = 1e30;

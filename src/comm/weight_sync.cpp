@@ -18,7 +18,7 @@
 namespace moerl::sync {
 namespace {
 
-constexpr std::uint32_t kHeaderMagic = 0x434E5953;  // "SYNC"
+constexpr std::uint32_t kHeaderMagic = 0x324E5953;  // "SYN2": checksums after the buckets
 constexpr size_t kHeaderBytes = 64;
 
 double now_s() { return runtime::monotonic_seconds(); }
@@ -128,12 +128,15 @@ bool let_end(std::unique_ptr<comm::CommRequest>& request, double deadline) {
   return true;
 }
 
-// Buffers an unfinished broadcast may still write into are never freed (a
-// few MB, only after a failover that MPI did not let finish).
+// Buffers an unfinished broadcast may still write into are never freed
+// (staging, up to the model's size; only after a failover that MPI did not
+// let finish).
 template <typename T>
 void keep_forever(std::vector<T>& buffer) {
   new std::vector<T>(std::move(buffer));
 }
+
+void keep_forever(FlatWeights& buffer) { new FlatWeights(std::move(buffer)); }
 
 }  // namespace
 
@@ -150,21 +153,26 @@ void WeightPublisher::abandon(double timeout_s) {
   closed_ = true;
 }
 
+size_t WeightPublisher::bucket_size(size_t b) const {
+  return std::min(options_.bucket_bytes, total_bytes_ - b * options_.bucket_bytes);
+}
+
+const std::uint8_t* WeightPublisher::in_place_source(size_t b) const {
+  if (options_.snapshot || static_cast<std::int64_t>(b) == options_.corrupt_bucket_for_test) return nullptr;
+  const size_t begin = b * options_.bucket_bytes;
+  // The last view starting at or before `begin`: the bucket must end inside it.
+  const size_t v = static_cast<size_t>(std::upper_bound(view_offsets_.begin(), view_offsets_.end(), begin) -
+                                       view_offsets_.begin()) - 1;
+  if (begin + bucket_size(b) > view_offsets_[v] + views_[v].bytes) return nullptr;
+  return static_cast<const std::uint8_t*>(views_[v].data) + (begin - view_offsets_[v]);
+}
+
 const std::uint8_t* WeightPublisher::stage_bucket(size_t b) {
   const size_t begin = b * options_.bucket_bytes;
-  const size_t end = std::min(begin + options_.bucket_bytes, total_bytes_);
-  const bool corrupt = static_cast<std::int64_t>(b) == options_.corrupt_bucket_for_test;
-  // The views the bucket touches: the last one starting at or before `begin`, onwards.
+  const size_t end = begin + bucket_size(b);
   size_t v = static_cast<size_t>(std::upper_bound(view_offsets_.begin(), view_offsets_.end(), begin) -
                                  view_offsets_.begin()) - 1;
   const double started = now_s();
-  if (!options_.snapshot && !corrupt && end <= view_offsets_[v] + views_[v].bytes) {
-    // In place: the whole bucket lies inside one parameter.
-    const auto* source = static_cast<const std::uint8_t*>(views_[v].data) + (begin - view_offsets_[v]);
-    checksums_[b] = bucket_crc32c(source, end - begin);
-    last_.checksum_s += now_s() - started;
-    return source;
-  }
   std::uint32_t crc = 0;
   for (size_t at = begin; at < end; ++v) {
     const size_t offset = at - view_offsets_[v];
@@ -174,7 +182,8 @@ const std::uint8_t* WeightPublisher::stage_bucket(size_t b) {
   }
   checksums_[b] = crc;
   last_.copied_bytes += end - begin;
-  if (corrupt) staging_[begin] ^= 0x5A;
+  // Fault injection: damaged after checksumming, as a flipped bit in transit would be.
+  if (static_cast<std::int64_t>(b) == options_.corrupt_bucket_for_test) staging_[begin] ^= 0x5A;
   last_.checksum_s += now_s() - started;
   return staging_.data() + begin;
 }
@@ -203,17 +212,23 @@ void WeightPublisher::publish(std::int64_t version) {
   header.buckets = buckets;
   header_bytes_ = encode_header(header);
   requests_.push_back(comm_.broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root));
-  // Each bucket leaves as soon as it is staged; staging the next one overlaps
-  // its transfer (the receivers pull it meanwhile).
+  // A staged bucket leaves as soon as it is staged (staging the next one
+  // overlaps its transfer); a bucket sent in place leaves at once and is
+  // checksummed while it travels. The checksums follow the last bucket.
   for (size_t b = 0; b < buckets; ++b) {
-    const size_t size = std::min(options_.bucket_bytes, total_bytes_ - b * options_.bucket_bytes);
-    const std::uint8_t* source = stage_bucket(b);
+    const std::uint8_t* in_place = in_place_source(b);
+    const std::uint8_t* source = in_place ? in_place : stage_bucket(b);
     requests_.push_back(
-        comm_.broadcast_async(const_cast<std::uint8_t*>(source), size, comm::DataType::Byte, options_.root));
-    requests_.push_back(
-        comm_.broadcast_async(&checksums_[b], sizeof(std::uint32_t), comm::DataType::Byte, options_.root));
+        comm_.broadcast_async(const_cast<std::uint8_t*>(source), bucket_size(b), comm::DataType::Byte, options_.root));
+    if (in_place) {
+      const double started = now_s();
+      checksums_[b] = bucket_crc32c(in_place, bucket_size(b));
+      last_.checksum_s += now_s() - started;
+    }
     drive();
   }
+  requests_.push_back(comm_.broadcast_async(checksums_.data(), buckets * sizeof(std::uint32_t), comm::DataType::Byte,
+                                            options_.root));
   options_.corrupt_bucket_for_test = -1;
   last_.blocking_s = now_s() - started_;
 }
@@ -250,12 +265,32 @@ void WeightPublisher::close() {
 
 // ---------------------------------------------------------------- receiver
 
+namespace {
+
+FlatWeights flat_weights(size_t bytes) { return std::make_shared<std::vector<std::uint8_t>>(bytes); }
+
+}  // namespace
+
 WeightReceiver::WeightReceiver(comm::Communicator& comm, std::vector<WeightView> views, SyncOptions options)
     : comm_(comm), views_(std::move(views)), options_(options), fingerprint_(layout_fingerprint(views_)) {
   MOERL_CHECK(comm_.rank() != options_.root, "WeightReceiver must not run on the publishing rank");
   for (const WeightView& v : views_) total_bytes_ += v.bytes;
-  staging_.resize(total_bytes_);
+  staging_ = flat_weights(total_bytes_);
   post_header();
+}
+
+WeightReceiver::WeightReceiver(comm::Communicator& comm, std::vector<WeightView> views, SyncOptions options,
+                               Rebind rebind)
+    : WeightReceiver(comm, std::move(views), options) {
+  MOERL_CHECK(rebind, "WeightReceiver: swap mode needs a rebind function");
+  rebind_ = std::move(rebind);
+  live_ = flat_weights(total_bytes_);
+  size_t at = 0;
+  for (const WeightView& v : views_) {
+    std::memcpy(live_->data() + at, v.data, v.bytes);
+    at += v.bytes;
+  }
+  rebind_(live_);
 }
 
 WeightReceiver::~WeightReceiver() = default;
@@ -285,6 +320,17 @@ void WeightReceiver::refuse(std::string reason, bool corrupt) {
   refusal_corrupt_ = corrupt;
 }
 
+// Where the next version lands. In swap mode the staging buffer was the live
+// one before the last swap; if anything besides this receiver still holds it
+// (a tensor made from a parameter before the swap), its bytes must stay.
+std::uint8_t* WeightReceiver::landing_buffer() {
+  if (rebind_ && staging_.use_count() > 1) {
+    staging_ = flat_weights(total_bytes_);
+    telemetry::metrics().add("sync.staging_reallocations");
+  }
+  return staging_->data();
+}
+
 void WeightReceiver::start_buckets() {
   const HeaderFields h = decode_header(header_bytes_);
   if (h.magic != kHeaderMagic) throw SyncError("weight sync header with a bad magic number in " + comm_.name());
@@ -296,7 +342,7 @@ void WeightReceiver::start_buckets() {
   if (h.buckets != bucket_count(h.total_bytes, h.bucket_bytes))
     throw SyncError("weight sync header announces an inconsistent bucket count");
   refusal_.clear();
-  std::uint8_t* landing = staging_.data();
+  std::uint8_t* landing = nullptr;
   if (h.fingerprint != fingerprint_ || h.total_bytes != total_bytes_) {
     // Receive into a scratch buffer to stay in step with the publisher's
     // collectives, then refuse the version.
@@ -305,19 +351,22 @@ void WeightReceiver::start_buckets() {
            " bytes): different [model]/[moe] settings?");
     discard_.assign(h.total_bytes, 0);
     landing = discard_.data();
+  } else {
+    landing = landing_buffer();
   }
   incoming_version_ = h.version;
   started_ = now_s();
   checksums_.assign(h.buckets, 0);
+  landed_checksums_.assign(h.buckets, 0);
   bucket_requests_.clear();
   verified_buckets_ = 0;
   for (size_t b = 0; b < h.buckets; ++b) {
     const size_t begin = b * h.bucket_bytes;
     const size_t size = std::min<size_t>(h.bucket_bytes, h.total_bytes - begin);
     bucket_requests_.push_back(comm_.broadcast_async(landing + begin, size, comm::DataType::Byte, options_.root));
-    bucket_requests_.push_back(
-        comm_.broadcast_async(&checksums_[b], sizeof(std::uint32_t), comm::DataType::Byte, options_.root));
   }
+  bucket_requests_.push_back(comm_.broadcast_async(checksums_.data(), h.buckets * sizeof(std::uint32_t),
+                                                   comm::DataType::Byte, options_.root));
   last_ = SyncStats{};
   last_.version = h.version;
   last_.bytes = total_bytes_;
@@ -326,28 +375,35 @@ void WeightReceiver::start_buckets() {
   header_request_.reset();
 }
 
-// Verifies, in order, every bucket whose bytes and checksum have both landed;
-// the first failure refuses the version (the rest is received, not checked).
-void WeightReceiver::verify_landed_buckets() {
+// Checksums, in order, every bucket that has landed, while it is still in
+// the cache and the next ones travel (verified_buckets_ counts them).
+void WeightReceiver::checksum_landed_buckets() {
   const size_t buckets = checksums_.size();
   // [faults] plan "kill actor N while receiving": dead with a publication in flight
   // (its header taken, its buckets posted, not all of them landed).
   if (verified_buckets_ < buckets && runtime::fault_hooks().kill_while_receiving) ::raise(SIGKILL);
-  while (verified_buckets_ < buckets) {
-    const size_t b = verified_buckets_;
-    if (!bucket_requests_[2 * b]->test() || !bucket_requests_[2 * b + 1]->test()) return;
-    ++verified_buckets_;
+  while (verified_buckets_ < buckets && bucket_requests_[verified_buckets_]->test()) {
+    const size_t b = verified_buckets_++;
     if (!refusal_.empty()) continue;
     const size_t begin = b * options_.bucket_bytes;
-    const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
     const double started = now_s();
-    const std::uint32_t got = bucket_crc32c(staging_.data() + begin, size);
+    landed_checksums_[b] = bucket_crc32c(staging_->data() + begin, std::min(options_.bucket_bytes, total_bytes_ - begin));
     last_.checksum_s += now_s() - started;
-    if (got != checksums_[b])
-      refuse("weights version " + std::to_string(incoming_version_) + ": bucket " + std::to_string(b) + " of " +
-             std::to_string(buckets) + " failed its checksum (bytes " + std::to_string(begin) + ".." +
-             std::to_string(begin + size) + "); version refused",
-             true);
+  }
+}
+
+// Once the publisher's checksums have landed too: the first bucket whose
+// bytes do not match refuses the version.
+void WeightReceiver::verify_checksums() {
+  const size_t buckets = checksums_.size();
+  for (size_t b = 0; b < buckets && refusal_.empty(); ++b) {
+    if (landed_checksums_[b] == checksums_[b]) continue;
+    const size_t begin = b * options_.bucket_bytes;
+    const size_t size = std::min(options_.bucket_bytes, total_bytes_ - begin);
+    refuse("weights version " + std::to_string(incoming_version_) + ": bucket " + std::to_string(b) + " of " +
+               std::to_string(buckets) + " failed its checksum (bytes " + std::to_string(begin) + ".." +
+               std::to_string(begin + size) + "); version refused",
+           true);
   }
 }
 
@@ -356,15 +412,15 @@ bool WeightReceiver::poll() {
   if (header_request_) {
     if (!header_request_->test()) return ready_version_ > current_version_;
     // The staging buffer still holds a verified version nobody applied yet:
-    // receive the next one only after apply(), so what apply() copies is
+    // receive the next one only after apply(), so what apply() takes is
     // never a mix of two versions. (The publisher waits meanwhile.)
     if (ready_version_ > current_version_) return true;
     start_buckets();
     if (closed_) return ready_version_ > current_version_;
   }
   if (incoming_version_ < 0) return ready_version_ > current_version_;
-  verify_landed_buckets();
-  if (verified_buckets_ < checksums_.size()) {
+  checksum_landed_buckets();
+  if (verified_buckets_ < checksums_.size() || !bucket_requests_.back()->test()) {
     if (now_s() - started_ > options_.timeout_s)
       throw comm::CommTimeout("receiving weights version " + std::to_string(incoming_version_) + " in " +
                               comm_.name() + " did not complete within " + std::to_string(options_.timeout_s) +
@@ -373,6 +429,7 @@ bool WeightReceiver::poll() {
     return ready_version_ > current_version_;
   }
   // Every collective of this version has completed: refuse it or make it ready.
+  if (refusal_.empty()) verify_checksums();
   bucket_requests_.clear();
   incoming_version_ = -1;
   post_header();
@@ -386,12 +443,18 @@ bool WeightReceiver::poll() {
   telemetry::metrics().set("sync.receive_GB_per_s", last_.gigabytes_per_s());
   return ready_version_ > current_version_;
 }
+
 std::int64_t WeightReceiver::apply() {
   if (ready_version_ <= current_version_) return current_version_;
-  size_t at = 0;
-  for (const WeightView& v : views_) {
-    std::memcpy(v.data, staging_.data() + at, v.bytes);
-    at += v.bytes;
+  if (rebind_) {
+    std::swap(live_, staging_);
+    rebind_(live_);
+  } else {
+    size_t at = 0;
+    for (const WeightView& v : views_) {
+      std::memcpy(v.data, staging_->data() + at, v.bytes);
+      at += v.bytes;
+    }
   }
   current_version_ = ready_version_;
   return current_version_;

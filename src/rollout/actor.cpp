@@ -71,10 +71,8 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
       format_(model::make_episode_format(config.model, config.chat)),
       engine_(policy, engine_options(config, format_)),
       env_(mailbox, env_worker_ranks(world)),
-      weight_views_(sync::module_weight_views(*policy)),
       sync_comm_(&sync_comm),
-      receiver_(std::make_unique<sync::WeightReceiver>(
-          sync_comm, weight_views_, sync::sync_options(config.sync, config.cluster.message_timeout_s))) {
+      receiver_(make_receiver(sync_comm)) {
   moe_layers_ = policy->num_moe_layers();
   // Trajectories carry the routing the engine recorded: rollout.moe_top_k
   // experts per token when set, else moe.top_k.
@@ -85,6 +83,15 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
   load_ = load;
   if (load_) load_->weight_version = 0;
   standby_ = standby;
+}
+
+// Versions land beside the live weights and apply() swaps the two (no copy
+// between decode steps): the engine's parameters live in the receiver's buffers.
+std::unique_ptr<sync::WeightReceiver> Actor::make_receiver(comm::Communicator& sync_comm) {
+  model::Policy& policy = engine_.policy();
+  return std::make_unique<sync::WeightReceiver>(sync_comm, sync::module_weight_views(*policy),
+                                                sync::sync_options(config_.sync, config_.cluster.message_timeout_s),
+                                                sync::module_rebind(*policy));
 }
 
 int Actor::free_slots() const {

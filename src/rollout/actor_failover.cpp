@@ -119,7 +119,7 @@ void Actor::recover_sync_group() {
   }
   sync_survivors_ = std::move(survivors);
   sync_comm_ = sync_survivors_.get();
-  receiver_ = std::make_unique<sync::WeightReceiver>(*sync_comm_, weight_views_, options);
+  receiver_ = make_receiver(*sync_comm_);
   receiver_->assume_version(engine_.policy_version());
   telemetry::metrics().add("actor.sync_recoveries");
   spdlog::warn("actor {}: weight-sync group rebuilt with {} members", world_.role_index(), sync_comm_->size());

@@ -29,7 +29,21 @@ struct FakeParams {
       for (float& x : *v) x = static_cast<float>(rng()) / 1e9f;
   }
   bool equals(const FakeParams& o) const { return a == o.a && b == o.b && c == o.c; }
+  std::vector<std::uint8_t> flat() const {
+    std::vector<std::uint8_t> bytes;
+    for (const auto* v : {&a, &b, &c}) {
+      const auto* p = reinterpret_cast<const std::uint8_t*>(v->data());
+      bytes.insert(bytes.end(), p, p + v->size() * 4);
+    }
+    return bytes;
+  }
 };
+
+std::vector<std::uint8_t> version_bytes(std::int64_t version) {
+  FakeParams p;
+  p.fill(version);
+  return p.flat();
+}
 
 }  // namespace
 
@@ -108,8 +122,8 @@ TEST_CASE("buckets sent in place from the parameters arrive whole", "[sync]") {
 }
 
 TEST_CASE("a corrupted bucket is refused and the version never applied", "[sync]") {
-  // The first, a middle and the last bucket: the pipeline verifies each one as
-  // it lands, so a failure is found with later buckets still in flight; the
+  // The first, a middle and the last bucket: each is checksummed as it lands
+  // and compared once the publisher's checksums (sent last) are in; the
   // refusal comes once the version's collectives are done, and the next
   // version is received and applied as usual.
   const int corrupted = GENERATE(0, 3, 7);
@@ -152,6 +166,61 @@ TEST_CASE("a corrupted bucket is refused and the version never applied", "[sync]
     FakeParams expected;
     expected.fill(8);
     CHECK(params.equals(expected));
+    while (!receiver.closed()) receiver.poll();
+  }
+}
+
+TEST_CASE("swap mode: versions land beside the live weights and apply() swaps them", "[sync]") {
+  // As the actors receive (module_rebind): the parameters live in one of the
+  // receiver's two buffers. A corrupted version never becomes live; a buffer
+  // that someone still holds after a swap is never landed in again.
+  comm::MpiCommunicator comm(MPI_COMM_WORLD, "test sync group");
+  sync::SyncOptions options;
+  options.bucket_bytes = 40000;
+  options.timeout_s = 30;
+  FakeParams params;
+  if (comm.rank() == 0) {
+    sync::WeightPublisher publisher(comm, params.views(), options);
+    for (std::int64_t v = 1; v <= 4; ++v) {
+      if (v == 2) publisher.corrupt_next_publication(5);
+      params.fill(v);
+      publisher.publish(v);
+      publisher.finish();
+    }
+    publisher.close();
+  } else {
+    params.fill(0);
+    sync::FlatWeights live;
+    int rebinds = 0;
+    sync::WeightReceiver receiver(comm, params.views(), options, [&](const sync::FlatWeights& w) {
+      live = w;
+      ++rebinds;
+    });
+    REQUIRE(rebinds == 1);  // the parameters moved into the receiver at once, bytes and all
+    CHECK(*live == version_bytes(0));
+    const std::uint8_t* initial = live->data();
+
+    REQUIRE(receiver.wait_ready(30));
+    CHECK(receiver.apply() == 1);
+    CHECK(rebinds == 2);
+    CHECK(live->data() != initial);
+    CHECK(*live == version_bytes(1));
+    const sync::FlatWeights held = live;  // a tensor made from version 1 that outlives the next swaps
+
+    CHECK_THROWS_AS(receiver.wait_ready(30), sync::CorruptVersionError);
+    CHECK(receiver.current_version() == 1);
+    CHECK(*live == version_bytes(1));  // the damaged version 2 landed in the other buffer only
+
+    REQUIRE(receiver.wait_ready(30));
+    CHECK(receiver.apply() == 3);
+    CHECK(live->data() == initial);  // swapped back into the first buffer
+    CHECK(*live == version_bytes(3));
+    REQUIRE(receiver.wait_ready(30));
+    CHECK(receiver.apply() == 4);
+    CHECK(*live == version_bytes(4));
+    CHECK(live->data() != held->data());  // version 4 went to a fresh buffer ...
+    CHECK(*held == version_bytes(1));     // ... and the held one kept its bytes
+    CHECK(params.flat() == version_bytes(0));  // the original memory is no longer written
     while (!receiver.closed()) receiver.poll();
   }
 }

@@ -121,6 +121,7 @@ class Actor {
   int restore_sessions_of(int env_worker_rank);  // returns the sessions moved
   void on_restored(Episode& episode);
   void recover_sync_group();
+  std::unique_ptr<sync::WeightReceiver> make_receiver(comm::Communicator& sync_comm);
   bool promoted_by(const std::vector<runtime::RankLost>& lost) const;
   void group_member_done(const Trajectory& t);
   int free_slots() const;
@@ -131,7 +132,6 @@ class Actor {
   model::EpisodeFormat format_;  // before engine_, which takes a copy
   GenerationEngine engine_;
   env::EnvClient env_;
-  std::vector<sync::WeightView> weight_views_;
   std::unique_ptr<comm::Communicator> sync_survivors_;  // the sync group after a loss (owned)
   comm::Communicator* sync_comm_;                       // the group in use
   std::unique_ptr<sync::WeightReceiver> receiver_;
