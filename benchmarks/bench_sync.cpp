@@ -23,7 +23,6 @@
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
 #include "moerl/storage/checksum.h"
-#include "moerl/sync/bucket_checksum.h"
 #include "moerl/sync/weight_sync.h"
 
 namespace {
@@ -131,10 +130,10 @@ moerl::bench::BenchCase checksum_case(size_t bytes_total, int repetitions) {
   std::uint32_t sink = 0;
   for (int r = 0; r < repetitions; ++r) {
     double t = now_s();
-    sink ^= moerl::sync::bucket_crc32c(bytes.data(), bytes.size());
+    sink ^= moerl::storage::crc32c(bytes.data(), bytes.size());
     best_fast = std::min(best_fast, now_s() - t);
     t = now_s();
-    sink ^= moerl::storage::crc32c(bytes.data(), bytes.size());
+    sink ^= moerl::storage::crc32c_one_stream(bytes.data(), bytes.size());
     best_single = std::min(best_single, now_s() - t);
   }
   MOERL_CHECK(sink == 0, "bucket CRC-32C and storage CRC-32C disagree");
@@ -142,7 +141,7 @@ moerl::bench::BenchCase checksum_case(size_t bytes_total, int repetitions) {
   moerl::bench::BenchCase c;
   c.name = "checksum";
   c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)},
-              {"accelerated", moerl::sync::bucket_crc32c_accelerated()}};
+              {"accelerated", moerl::storage::crc32c_hardware_available()}};
   c.metrics = {{"GB_per_s", gigabytes / best_fast}};
   c.baseline = {{"GB_per_s", gigabytes / best_single}};
   c.ratio_metric = "GB_per_s";

@@ -12,7 +12,7 @@
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/wire.h"
-#include "moerl/sync/bucket_checksum.h"
+#include "moerl/storage/checksum.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::sync {
@@ -177,7 +177,7 @@ const std::uint8_t* WeightPublisher::stage_bucket(size_t b) {
   for (size_t at = begin; at < end; ++v) {
     const size_t offset = at - view_offsets_[v];
     const size_t n = std::min(views_[v].bytes - offset, end - at);
-    crc = copy_with_crc32c(staging_.data() + at, static_cast<const std::uint8_t*>(views_[v].data) + offset, n, crc);
+    crc = storage::copy_with_crc32c(staging_.data() + at, static_cast<const std::uint8_t*>(views_[v].data) + offset, n, crc);
     at += n;
   }
   checksums_[b] = crc;
@@ -222,7 +222,7 @@ void WeightPublisher::publish(std::int64_t version) {
         comm_.broadcast_async(const_cast<std::uint8_t*>(source), bucket_size(b), comm::DataType::Byte, options_.root));
     if (in_place) {
       const double started = now_s();
-      checksums_[b] = bucket_crc32c(in_place, bucket_size(b));
+      checksums_[b] = storage::crc32c(in_place, bucket_size(b));
       last_.checksum_s += now_s() - started;
     }
     drive();
@@ -387,7 +387,7 @@ void WeightReceiver::checksum_landed_buckets() {
     if (!refusal_.empty()) continue;
     const size_t begin = b * options_.bucket_bytes;
     const double started = now_s();
-    landed_checksums_[b] = bucket_crc32c(staging_->data() + begin, std::min(options_.bucket_bytes, total_bytes_ - begin));
+    landed_checksums_[b] = storage::crc32c(staging_->data() + begin, std::min(options_.bucket_bytes, total_bytes_ - begin));
     last_.checksum_s += now_s() - started;
   }
 }

@@ -16,7 +16,7 @@
 // bucket put the publisher's CRC time on the critical path.)
 //
 // The publisher snapshots the parameters into a staging buffer (copying and
-// checksumming in one pass, bucket_checksum.h), so training goes on while the
+// checksumming in one pass, storage/checksum.h), so training goes on while the
 // bytes travel; publish() returns once the last bucket is posted. With
 // snapshot = false (the caller keeps the parameters unchanged until the
 // publication completes) a bucket that lies inside one parameter is sent

@@ -1,4 +1,4 @@
-// The weight-sync bucket CRC-32C (three interleaved streams joined by CRC
+// The weight-sync CRC-32C (three interleaved streams joined by CRC
 // shifts) against published CRC-32C vectors and the table-driven reference,
 // at every length around the block and stream boundaries.
 
@@ -11,25 +11,24 @@
 #include <vector>
 
 #include "moerl/storage/checksum.h"
-#include "moerl/sync/bucket_checksum.h"
 
 using namespace moerl;
 
-TEST_CASE("bucket CRC-32C gives the published check values", "[sync][checksum]") {
+TEST_CASE("CRC-32C gives the published check values", "[storage][checksum]") {
   const std::string digits = "123456789";
-  CHECK(sync::bucket_crc32c(digits.data(), digits.size()) == 0xE3069283u);
+  CHECK(storage::crc32c(digits.data(), digits.size()) == 0xE3069283u);
   // RFC 3720 appendix B.4 (iSCSI): 32 zero bytes, 32 0xFF bytes, 0..31.
   std::vector<std::uint8_t> zeros(32, 0), ones(32, 0xFF), ramp(32);
   std::iota(ramp.begin(), ramp.end(), std::uint8_t{0});
-  CHECK(sync::bucket_crc32c(zeros.data(), 32) == 0x8A9136AAu);
-  CHECK(sync::bucket_crc32c(ones.data(), 32) == 0x62A8AB43u);
-  CHECK(sync::bucket_crc32c(ramp.data(), 32) == 0x46DD794Eu);
+  CHECK(storage::crc32c(zeros.data(), 32) == 0x8A9136AAu);
+  CHECK(storage::crc32c(ones.data(), 32) == 0x62A8AB43u);
+  CHECK(storage::crc32c(ramp.data(), 32) == 0x46DD794Eu);
   std::vector<std::uint8_t> target(32, 0);
-  CHECK(sync::copy_with_crc32c(target.data(), ramp.data(), 32) == 0x46DD794Eu);
+  CHECK(storage::copy_with_crc32c(target.data(), ramp.data(), 32) == 0x46DD794Eu);
   CHECK(target == ramp);
 }
 
-TEST_CASE("bucket CRC-32C equals the table-driven CRC-32C at every boundary", "[sync][checksum]") {
+TEST_CASE("CRC-32C equals the table-driven CRC-32C at every boundary", "[storage][checksum]") {
   // The fast path splits buffers of 12288 bytes or more into three streams
   // (multiples of 8 bytes) and a tail; lengths around that, with odd tails,
   // unaligned starts and a running CRC.
@@ -43,9 +42,10 @@ TEST_CASE("bucket CRC-32C equals the table-driven CRC-32C at every boundary", "[
       for (const std::uint32_t previous : {0u, 0xDEADBEEFu}) {
         INFO("offset " << offset << " length " << n << " previous " << previous);
         const std::uint32_t expected = storage::crc32c_portable(bytes.data() + offset, n, previous);
-        CHECK(sync::bucket_crc32c(bytes.data() + offset, n, previous) == expected);
+        CHECK(storage::crc32c(bytes.data() + offset, n, previous) == expected);
+        CHECK(storage::crc32c_one_stream(bytes.data() + offset, n, previous) == expected);
         std::vector<std::uint8_t> target(n + 1, 0xAB);
-        CHECK(sync::copy_with_crc32c(target.data(), bytes.data() + offset, n, previous) == expected);
+        CHECK(storage::copy_with_crc32c(target.data(), bytes.data() + offset, n, previous) == expected);
         CHECK(std::memcmp(target.data(), bytes.data() + offset, n) == 0);
         CHECK(target[n] == 0xAB);  // nothing written past the end
       }
@@ -53,24 +53,24 @@ TEST_CASE("bucket CRC-32C equals the table-driven CRC-32C at every boundary", "[
   }
 }
 
-TEST_CASE("a CRC shift equals feeding zero bytes", "[sync][checksum]") {
+TEST_CASE("a CRC shift equals feeding zero bytes", "[storage][checksum]") {
   const std::vector<std::uint8_t> zeros(100000, 0);
   for (const std::uint32_t reg : {1u, 0x80000000u, 0x12345678u, 0xFFFFFFFFu})
     for (const size_t n : {size_t{0}, size_t{1}, size_t{8}, size_t{4095}, size_t{33333}, size_t{100000}}) {
       // storage::crc32c inverts before and after: undo both to get the register.
       const std::uint32_t fed = ~storage::crc32c_portable(zeros.data(), n, ~reg);
-      CHECK(sync::crc32c_shift(reg, n) == fed);
+      CHECK(storage::crc32c_shift(reg, n) == fed);
     }
 }
 
-TEST_CASE("bucket CRC-32C detects a single flipped bit anywhere in a block", "[sync][checksum]") {
+TEST_CASE("CRC-32C detects a single flipped bit anywhere in a block", "[storage][checksum]") {
   std::vector<std::uint8_t> bytes(3 * 12288, 0x11);
-  const std::uint32_t clean = sync::bucket_crc32c(bytes.data(), bytes.size());
+  const std::uint32_t clean = storage::crc32c(bytes.data(), bytes.size());
   // One position in each stream of the first block, and in the last block.
   for (const size_t at : {size_t{5}, size_t{4096 + 17}, size_t{8192 + 4095}, size_t{2 * 12288 + 9000}}) {
     bytes[at] ^= 0x04;
-    CHECK(sync::bucket_crc32c(bytes.data(), bytes.size()) != clean);
-    CHECK(sync::bucket_crc32c(bytes.data(), bytes.size()) == storage::crc32c_portable(bytes.data(), bytes.size()));
+    CHECK(storage::crc32c(bytes.data(), bytes.size()) != clean);
+    CHECK(storage::crc32c(bytes.data(), bytes.size()) == storage::crc32c_portable(bytes.data(), bytes.size()));
     bytes[at] ^= 0x04;
   }
 }
