@@ -271,28 +271,39 @@ Handle File::open_attribute(const std::string& object, const std::string& name) 
                 H5Aclose);
 }
 
-AttributeKind File::attribute_kind(const std::string& object, const std::string& name) const {
-  const std::string where = object_label(object) + " attribute " + name;
-  Handle attribute = open_attribute(object, name);
-  Handle space(MOERL_H5_CALL(H5Aget_space(attribute.get()), where), H5Sclose);
-  if (MOERL_H5_CALL(H5Sget_simple_extent_npoints(space.get()), where) != 1) return AttributeKind::Other;
-  Handle type(MOERL_H5_CALL(H5Aget_type(attribute.get()), where), H5Tclose);
-  const H5T_class_t type_class = MOERL_H5_CALL(H5Tget_class(type.get()), where);
+namespace {
+
+AttributeKind kind_of(hid_t attribute, const std::string& where, const std::string& path) {
+  auto check = [&](auto value, const char* operation) {
+    if (value < 0) throw_failure(path, where, operation, __FILE__, __LINE__);
+    return value;
+  };
+  Handle space(check(H5Aget_space(attribute), "H5Aget_space"), H5Sclose);
+  if (check(H5Sget_simple_extent_npoints(space.get()), "H5Sget_simple_extent_npoints") != 1) return AttributeKind::Other;
+  Handle type(check(H5Aget_type(attribute), "H5Aget_type"), H5Tclose);
+  const H5T_class_t type_class = check(H5Tget_class(type.get()), "H5Tget_class");
   const std::size_t size = H5Tget_size(type.get());
-  if (type_class == H5T_STRING) {
-    return MOERL_H5_CALL(H5Tis_variable_str(type.get()), where) > 0 ? AttributeKind::Other : AttributeKind::String;
-  }
+  if (type_class == H5T_STRING)
+    return check(H5Tis_variable_str(type.get()), "H5Tis_variable_str") > 0 ? AttributeKind::Other : AttributeKind::String;
   if (type_class == H5T_INTEGER && size <= 8) return AttributeKind::Int64;
   if (type_class == H5T_FLOAT && size <= 8) return AttributeKind::Float64;
   return AttributeKind::Other;
 }
 
+}  // namespace
+
+AttributeKind File::attribute_kind(const std::string& object, const std::string& name) const {
+  return kind_of(open_attribute(object, name).get(), object_label(object) + " attribute " + name, path_);
+}
+
+// Each reader opens the attribute once (the kind check and the read share
+// the handle): a checkpoint's header reads hundreds of them.
 std::string File::string_attribute(const std::string& object, const std::string& name) const {
   const std::string where = object_label(object) + " attribute " + name;
-  if (attribute_kind(object, name) != AttributeKind::String) {
+  Handle attribute = open_attribute(object, name);
+  if (kind_of(attribute.get(), where, path_) != AttributeKind::String) {
     throw Error("HDF5 file '" + path_ + "': " + where + " is not a fixed-length string");
   }
-  Handle attribute = open_attribute(object, name);
   Handle type(MOERL_H5_CALL(H5Aget_type(attribute.get()), where), H5Tclose);
   std::string value(H5Tget_size(type.get()), '\0');
   MOERL_H5_CALL(H5Aread(attribute.get(), type.get(), value.data()), where);
@@ -302,10 +313,10 @@ std::string File::string_attribute(const std::string& object, const std::string&
 
 std::int64_t File::int_attribute(const std::string& object, const std::string& name) const {
   const std::string where = object_label(object) + " attribute " + name;
-  if (attribute_kind(object, name) != AttributeKind::Int64) {
+  Handle attribute = open_attribute(object, name);
+  if (kind_of(attribute.get(), where, path_) != AttributeKind::Int64) {
     throw Error("HDF5 file '" + path_ + "': " + where + " is not an integer scalar");
   }
-  Handle attribute = open_attribute(object, name);
   std::int64_t value = 0;
   MOERL_H5_CALL(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), where);
   return value;
@@ -313,10 +324,10 @@ std::int64_t File::int_attribute(const std::string& object, const std::string& n
 
 double File::double_attribute(const std::string& object, const std::string& name) const {
   const std::string where = object_label(object) + " attribute " + name;
-  if (attribute_kind(object, name) != AttributeKind::Float64) {
+  Handle attribute = open_attribute(object, name);
+  if (kind_of(attribute.get(), where, path_) != AttributeKind::Float64) {
     throw Error("HDF5 file '" + path_ + "': " + where + " is not a floating-point scalar");
   }
-  Handle attribute = open_attribute(object, name);
   double value = 0;
   MOERL_H5_CALL(H5Aread(attribute.get(), H5T_NATIVE_DOUBLE, &value), where);
   return value;
