@@ -104,14 +104,16 @@ while :; do
   child=$!
   # Open MPI 5.0.11's mpirun could stay up after every local rank had ended
   # through MPI_Abort ("Abort is in progress", seen under load in cli.train
-  # and cli.restarts): once ranks were seen and none is left for
-  # $ORPHAN_GRACE_S s, it is ended and the attempt counts as a lost rank
-  # (status 4), which restarts from the last checkpoint.
+  # and cli.restarts; in cli.resume with its main thread deadlocked on a
+  # mutex, never reaping a rank that had exited): once ranks were seen and
+  # none is left running (an exited rank it did not reap, a zombie, is not
+  # running) for $ORPHAN_GRACE_S s, it is ended and the attempt counts as a
+  # lost rank (status 4), which restarts from the last checkpoint.
   ranks_seen=0
   orphaned_since=""
   hung=0
   while kill -0 "$child" 2>/dev/null; do
-    if pgrep -P "$child" >/dev/null 2>&1; then
+    if ps -o stat= --ppid "$child" 2>/dev/null | grep -qv '^Z'; then
       ranks_seen=1
       orphaned_since=""
     elif [ "$ranks_seen" = 1 ]; then

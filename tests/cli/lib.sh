@@ -22,6 +22,19 @@ expect_count() {  # expect_count FILE TEXT N WHAT
   n=$(grep -cF -- "$2" "$1")
   [ "$n" = "$3" ] || { fail "$4: '$2' appears $n times, expected $3"; sed 's/^/    | /' "$1"; }
 }
+run_job() {  # run_job NAME SECONDS CMD...: CMD's output to NAME.txt; past SECONDS it is killed and its log's tail shown
+  local name=$1 seconds=$2 started=$SECONDS status
+  shift 2
+  timeout -k 10 "$seconds" "$@" >"$name.txt" 2>&1
+  status=$?
+  # One line per job, so that a test stopped by ctest's own timeout shows how far it came.
+  echo "job $name: exit $status after $((SECONDS - started)) s"
+  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    echo "job $name: still running after $seconds s, killed; the last 40 lines of its output:"
+    tail -n 40 "$name.txt" | sed 's/^/    | /'
+  fi
+  return "$status"
+}
 finish() {
   if [ "$failures" -eq 0 ]; then echo "all checks passed"; exit 0; fi
   echo "$failures check(s) failed"; exit 1
