@@ -128,12 +128,48 @@ Measured run_recompute(model::Policy& policy, std::int64_t sessions, std::int64_
   return m;
 }
 
+// The sizes decoded: --sessions 1,4,16 --contexts 64,512 --steps 32 (so
+// that a peer benchmark, scripts/bench_peer.sh, can ask for the same ones).
+struct RolloutSizes {
+  std::vector<std::int64_t> sessions, contexts;
+  std::int64_t steps = 32;
+};
+
+RolloutSizes default_sizes(bool quick) {
+  if (quick) return {{1, 4}, {32}, 8};
+  return {{1, 4, 16, 64, 256}, {64, 512}, 32};
+}
+
+std::vector<std::int64_t> number_list(const std::string& text, const std::string& option) {
+  std::vector<std::int64_t> numbers;
+  for (size_t at = 0; at <= text.size();) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::int64_t n = whole_number(text.substr(at, comma - at), "bench rollout", option);
+    if (n <= 0) throw Error("bench rollout: " + option + " needs positive numbers, got '" + text + "'");
+    numbers.push_back(n);
+    at = comma + 1;
+  }
+  return numbers;
+}
+
 // The model to decode with: the default architecture with random weights,
 // or, with any of --config/--set/--init, a run's policy with real weights
 // (--init FILE, or --init hf:DIR for a Hugging Face directory), so that the
 // numbers compare with another engine on the same weights.
-model::Policy rollout_policy(const BenchOptions& options) {
-  if (options.args.empty()) {
+model::Policy rollout_policy(const BenchOptions& options, RolloutSizes& sizes) {
+  int own_options = 0;
+  const OwnOption own = [&](const std::string& option, const std::function<const std::string&()>& value) {
+    if (option == "--sessions") sizes.sessions = number_list(value(), option);
+    else if (option == "--contexts") sizes.contexts = number_list(value(), option);
+    else if (option == "--steps") sizes.steps = std::max<std::int64_t>(1, whole_number(value(), "bench rollout", option));
+    else return false;
+    ++own_options;
+    return true;
+  };
+  PolicyBenchArgs args = parse_policy_bench_args(
+      options.args, "bench rollout",
+      "--config F, --set section.key=value, --init FILE|hf:DIR, --sessions N,N,.., --contexts N,N,.., --steps N", own);
+  if (options.args.size() == 2 * static_cast<size_t>(own_options)) {
     config::ModelSection model;  // defaults
     config::MoeSection moe;
     if (options.quick) {
@@ -147,8 +183,6 @@ model::Policy rollout_policy(const BenchOptions& options) {
     policy->eval();
     return policy;
   }
-  PolicyBenchArgs args = parse_policy_bench_args(options.args, "bench rollout",
-                                                 "--config F, --set section.key=value, --init FILE|hf:DIR", nullptr);
   if (args.init_path.rfind("hf:", 0) == 0) {
     args.overrides.push_back("model.source=" + args.init_path);
     args.init_path.clear();
@@ -161,15 +195,14 @@ BenchReport run_rollout_bench(const BenchOptions& options) {
   BenchReport report;
   report.bench = "rollout";
   torch::NoGradGuard no_grad;
-  model::Policy policy = rollout_policy(options);
+  RolloutSizes sizes = default_sizes(options.quick);
+  model::Policy policy = rollout_policy(options, sizes);
   const config::ModelSection& model = policy->model_config();
   const config::MoeSection& moe = policy->moe_config();
   const double peak = matmul_gflops(options.quick ? 256 : 1024, options.quick ? 2 : 5);
-  const std::vector<std::int64_t> batch_sizes =
-      options.quick ? std::vector<std::int64_t>{1, 4} : std::vector<std::int64_t>{1, 4, 16, 64, 256};
-  const std::vector<std::int64_t> contexts =
-      options.quick ? std::vector<std::int64_t>{32} : std::vector<std::int64_t>{64, 512};
-  const std::int64_t steps = options.quick ? 8 : 32;
+  const std::vector<std::int64_t>& batch_sizes = sizes.sessions;
+  const std::vector<std::int64_t>& contexts = sizes.contexts;
+  const std::int64_t steps = sizes.steps;
   for (std::int64_t ctx : contexts) {
     if (ctx + steps + 1 > model.max_seq_len) {
       std::fprintf(stderr, "bench rollout: context %lld skipped: model.max_seq_len is %lld\n",
