@@ -60,7 +60,8 @@ def main():
             continue  # moerl's benchmark skips it too
         for sessions in [int(s) for s in args.sessions.split(",")]:
             cases.append({"sessions": sessions, "context": context, "steps": args.steps, "threads": args.threads,
-                          "tokens_per_s": decode_tokens_per_s(model, sessions, context, args.steps)})
+                          "tokens_per_s": decode_tokens_per_s(model, sessions, context, args.steps),
+                          "experts_implementation": getattr(model.config, "_experts_implementation", None)})
     print(json.dumps({"cases": cases}))
 
 
