@@ -2,12 +2,24 @@
 // optionally writes the shared JSON result format (include/moerl/bench/report.h).
 
 #include <iostream>
+#include <string>
 
 #include "commands.h"
 #include "moerl/bench/registry.h"
 #include "moerl/config/config_error.h"
 
 namespace moerl::app {
+
+namespace {
+
+// Benchmarks name themselves in their errors ("bench topk: --k ..."), which
+// are read elsewhere too; here the line already starts with the name.
+std::string without_own_name(const std::string& message, const std::string& name) {
+  const std::string own = "bench " + name + ": ";
+  return message.rfind(own, 0) == 0 ? message.substr(own.size()) : message;
+}
+
+}  // namespace
 
 int run_bench(const BenchOptionsCli& options) {
   if (options.list || options.name.empty()) {
@@ -38,10 +50,10 @@ int run_bench(const BenchOptionsCli& options) {
     }
     return 0;
   } catch (const config::ConfigError& error) {  // bench e2e --config F
-    std::cerr << "moerl bench " << options.name << ": " << error.what() << "\n";
+    std::cerr << "moerl bench " << options.name << ": " << without_own_name(error.what(), options.name) << "\n";
     return config::kConfigErrorExitStatus;
   } catch (const std::exception& error) {
-    std::cerr << "moerl bench " << options.name << ": " << error.what() << "\n";
+    std::cerr << "moerl bench " << options.name << ": " << without_own_name(error.what(), options.name) << "\n";
     return 1;
   }
 }
