@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # moerl against the tools a user would pick instead, on the same weights and
-# threads: batched decode (moerl bench rollout vs transformers) and one MoE
-# layer's forward+backward (moerl bench moe vs transformers' Mixtral block).
+# threads: batched decode (moerl bench rollout vs transformers), one MoE
+# layer's forward+backward (moerl bench moe vs transformers' Mixtral block) and
+# one GRPO learner update on the same batch (moerl bench update vs a plain
+# PyTorch update, benchmarks/peer/grpo_update.py).
 # Rounds alternate the two sides (moerl, peer, moerl, peer, ...); the table
 # gives each side's median and minimum over the rounds and the ratio of the
 # medians (tokens/s: above 1 means moerl is faster). See docs/performance.md.
@@ -96,9 +98,18 @@ for r in $(seq 1 "$rounds"); do
     echo "bench_peer: round $r of $rounds, decode at $t thread(s)"
     run "moerl-decode-r$r-t$t" env OMP_NUM_THREADS="$t" "$MOERL" bench rollout --threads "$t" --init "hf:$WORK/hf" "${SHAPE[@]}" \
       --sessions "$SESSIONS" --contexts "$CONTEXTS" --steps "$STEPS" --out "$WORK/moerl-decode-r$r-t$t.json"
+    [ "$moerl_only" = 1 ] ||
+      run "peer-decode-r$r-t$t" sh -c "OMP_NUM_THREADS=$t '$PY' '$ROOT/benchmarks/peer/peer_decode.py' --model '$WORK/hf' \
+        --sessions $SESSIONS --contexts $CONTEXTS --steps $STEPS --threads $t >'$WORK/peer-decode-r$r-t$t.json'"
+    # One learner update on the same batch: moerl's writes it (a Learner runs in a
+    # 3-rank job whose other ranks wait idle), the hand-written PyTorch one reads it.
+    echo "bench_peer: round $r of $rounds, GRPO update at $t thread(s)"
+    run "moerl-update-r$r-t$t" env OMP_NUM_THREADS="$t" MOERL_THREADS_PER_RANK="$t" scripts/launch.sh -n 3 bench update \
+      "${MOE[@]}" --threads "$t" --init "hf:$WORK/hf" "${SHAPE[@]}" --write-batch "$WORK/batch.json" \
+      --out "$WORK/moerl-update-r$r-t$t.json"
     [ "$moerl_only" = 1 ] && continue
-    run "peer-decode-r$r-t$t" sh -c "OMP_NUM_THREADS=$t '$PY' '$ROOT/benchmarks/peer/peer_decode.py' --model '$WORK/hf' \
-      --sessions $SESSIONS --contexts $CONTEXTS --steps $STEPS --threads $t >'$WORK/peer-decode-r$r-t$t.json'"
+    run "peer-update-r$r-t$t" sh -c "OMP_NUM_THREADS=$t '$PY' '$ROOT/benchmarks/peer/grpo_update.py' --model '$WORK/hf' \
+      --batch '$WORK/batch.json' --threads $t >'$WORK/peer-update-r$r-t$t.json'"
   done
   echo "bench_peer: round $r of $rounds, MoE layer"
   run "moerl-moe-r$r" "$MOERL" bench moe "${MOE[@]}" --out "$WORK/moerl-moe-r$r.json"

@@ -3,7 +3,8 @@
 Each round left one JSON file per side and measure kind in the work directory:
 moerl-decode-r<R>-t<T>.json (`moerl bench rollout --out`), peer-decode-r<R>-t<T>.json
 (peer_decode.py), moerl-moe-r<R>.json (`moerl bench moe --out`), peer-moe-r<R>.json
-(peer_moe.py). Every measure is in tokens/s (higher is better); the ratio is
+(peer_moe.py), moerl-update-r<R>-t<T>.json (`moerl bench update --out`) and
+peer-update-r<R>-t<T>.json (grpo_update.py). Every measure is in tokens/s (higher is better); the ratio is
 moerl's median over the peer's median. A measure that one side lacks is listed
 with that side empty and no ratio, never dropped.
 """
@@ -56,6 +57,23 @@ def moe_rows(work):
             for (e, k, h, d, n, t), v in sorted(rows.items())}
 
 
+def update_rows(work):
+    # One learner update, as tokens/s of the batch (higher is better, like the other rows).
+    rows = {}
+    for path in glob.glob(os.path.join(work, "*-update-r*-t*.json")):
+        side = os.path.basename(path).split("-")[0]
+        for c in load(path)["cases"]:
+            if side == "moerl":
+                if c["name"] != "grpo_update":
+                    continue
+                p, value = c["params"], c["metrics"]["tokens_per_s"]
+            else:
+                p, value = c, c["tokens_per_s"]
+            key = (p["episodes"], p["tokens"], p["threads"])
+            rows.setdefault(key, {"moerl": [], "peer": []})[side].append(value)
+    return {f"GRPO update tokens/s, {e} episodes, {n} tokens, {t} thread(s)": v for (e, n, t), v in sorted(rows.items())}
+
+
 def summary(values):
     if not values:
         return None
@@ -69,7 +87,7 @@ def main():
     args = parser.parse_args()
 
     table = []
-    for measure, sides in {**decode_rows(args.work), **moe_rows(args.work)}.items():
+    for measure, sides in {**update_rows(args.work), **decode_rows(args.work), **moe_rows(args.work)}.items():
         moerl, peer = summary(sides["moerl"]), summary(sides["peer"])
         ratio = moerl["median"] / peer["median"] if moerl and peer and peer["median"] > 0 else None
         table.append({"measure": measure, "moerl": moerl, "peer": peer, "ratio": ratio})

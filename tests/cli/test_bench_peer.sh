@@ -1,7 +1,7 @@
 # scripts/bench_peer.sh at a tiny size: moerl's side always; the peer side
 # (PyTorch + transformers) when its virtual environment exists (installing it
 # costs minutes and GBs, so this test never does). Checks the table: every
-# measure present, and with the peer side every row has both sides and a
+# measure present (decode, MoE layer, GRPO update), and with the peer side every row has both sides and a
 # positive, finite ratio.
 source "$(dirname "$0")/lib.sh" "$@"
 export MOERL_BIN="$MOERL"
@@ -23,7 +23,8 @@ rows = json.load(open(sys.argv[1]))["rows"]
 peer = sys.argv[2] == "1"
 decode = [r for r in rows if r["measure"].startswith("decode tokens/s")]
 moe = [r for r in rows if r["measure"].startswith("MoE layer")]
-assert len(decode) >= 2 and len(moe) >= 2, [r["measure"] for r in rows]
+update = [r for r in rows if r["measure"].startswith("GRPO update tokens/s")]
+assert len(decode) >= 2 and len(moe) >= 2 and len(update) >= 1, [r["measure"] for r in rows]
 for r in rows:
     assert r["moerl"] and r["moerl"]["median"] > 0, r
     if peer:
