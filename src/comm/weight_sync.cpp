@@ -157,12 +157,16 @@ size_t WeightPublisher::bucket_size(size_t b) const {
   return std::min(options_.bucket_bytes, total_bytes_ - b * options_.bucket_bytes);
 }
 
+// The last view starting at or before flat offset `at`: the one holding it.
+size_t WeightPublisher::view_at(size_t at) const {
+  return static_cast<size_t>(std::upper_bound(view_offsets_.begin(), view_offsets_.end(), at) -
+                             view_offsets_.begin()) - 1;
+}
+
 const std::uint8_t* WeightPublisher::in_place_source(size_t b) const {
   if (options_.snapshot || static_cast<std::int64_t>(b) == options_.corrupt_bucket_for_test) return nullptr;
   const size_t begin = b * options_.bucket_bytes;
-  // The last view starting at or before `begin`: the bucket must end inside it.
-  const size_t v = static_cast<size_t>(std::upper_bound(view_offsets_.begin(), view_offsets_.end(), begin) -
-                                       view_offsets_.begin()) - 1;
+  const size_t v = view_at(begin);  // the bucket must end inside it
   if (begin + bucket_size(b) > view_offsets_[v] + views_[v].bytes) return nullptr;
   return static_cast<const std::uint8_t*>(views_[v].data) + (begin - view_offsets_[v]);
 }
@@ -170,8 +174,7 @@ const std::uint8_t* WeightPublisher::in_place_source(size_t b) const {
 const std::uint8_t* WeightPublisher::stage_bucket(size_t b) {
   const size_t begin = b * options_.bucket_bytes;
   const size_t end = begin + bucket_size(b);
-  size_t v = static_cast<size_t>(std::upper_bound(view_offsets_.begin(), view_offsets_.end(), begin) -
-                                 view_offsets_.begin()) - 1;
+  size_t v = view_at(begin);  // and the views after it, as far as the bucket reaches
   const double started = now_s();
   std::uint32_t crc = 0;
   for (size_t at = begin; at < end; ++v) {

@@ -144,6 +144,7 @@ class WeightPublisher {
   // Copies bucket b into staging, checksumming it into checksums_[b].
   const std::uint8_t* stage_bucket(size_t b);
   size_t bucket_size(size_t b) const;
+  size_t view_at(size_t at) const;  // the view holding flat offset `at`
   void drive();  // lets completed broadcasts go, oldest first
 
   comm::Communicator& comm_;
