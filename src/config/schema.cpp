@@ -484,7 +484,9 @@ SectionSpec pretrain_section() {
       .between(0, 1);
   b.field("steps", &PretrainSection::steps, "Optimizer steps.").at_least(1);
   b.field("batch_episodes", &PretrainSection::batch_episodes, "Episodes per step.").at_least(1);
-  b.field("lr", &PretrainSection::lr, "Learning rate.").greater_than(0);
+  b.field("lr", &PretrainSection::lr, "Peak learning rate.").greater_than(0);
+  b.field("warmup_steps", &PretrainSection::warmup_steps, "Linear warm-up steps.").at_least(0);
+  b.field("cosine", &PretrainSection::cosine, "Cosine decay to 10% of lr after warm-up.");
   b.field("output", &PretrainSection::output, "Where the base policy is written; empty = <run dir>/base.pt.");
   return spec;
 }

@@ -1,4 +1,5 @@
 #include "moerl/learner/learner.h"
+#include "moerl/learner/lr_schedule.h"
 
 #include <spdlog/spdlog.h>
 
@@ -105,10 +106,7 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
 
 double Learner::learning_rate(std::int64_t step) const {
   const auto& o = config_.optim;
-  if (o.warmup_steps > 0 && step < o.warmup_steps) return o.lr * static_cast<double>(step + 1) / o.warmup_steps;
-  if (!o.cosine) return o.lr;
-  const double progress = static_cast<double>(step - o.warmup_steps) / std::max<std::int64_t>(1, o.total_steps - o.warmup_steps);
-  return o.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * std::min(1.0, progress))));
+  return scheduled_lr({o.lr, o.warmup_steps, o.total_steps, o.cosine}, step);
 }
 
 std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t& dropped, std::int64_t& taken,

@@ -12,6 +12,7 @@
 #include "moerl/core/hash.h"
 #include "moerl/env/task_family.h"
 #include "moerl/env/task_mix.h"
+#include "moerl/learner/lr_schedule.h"
 #include "moerl/model/tokenizer.h"
 
 namespace moerl::learner {
@@ -55,9 +56,12 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
   }
   MOERL_CHECK(!demos.empty(), "no demonstration fits [rollout] max_tokens_per_episode = " + std::to_string(budget));
   report.episodes = static_cast<int>(demos.size());
-  std::printf("pretrain: %d expert demonstrations (%lld tokens, error rate %.2f)\n", report.episodes,
-              static_cast<long long>(report.tokens), config.pretrain.expert_error_rate);
+  std::printf("pretrain: %d expert demonstrations (%lld tokens, error rate %.2f); lr %g%s, %lld warm-up steps\n",
+              report.episodes, static_cast<long long>(report.tokens), config.pretrain.expert_error_rate,
+              config.pretrain.lr, config.pretrain.cosine ? " with cosine decay" : "",
+              static_cast<long long>(config.pretrain.warmup_steps));
 
+  const LrSchedule schedule{config.pretrain.lr, config.pretrain.warmup_steps, config.pretrain.steps, config.pretrain.cosine};
   torch::optim::AdamW optimizer(policy->parameters(), torch::optim::AdamWOptions(config.pretrain.lr).betas({0.9, 0.95}));
   policy->train();
   const auto batch = static_cast<size_t>(config.pretrain.batch_episodes);
@@ -95,6 +99,8 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
     optimizer.zero_grad();
     loss.backward();
     torch::nn::utils::clip_grad_norm_(policy->parameters(), 1.0);
+    for (auto& group : optimizer.param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(scheduled_lr(schedule, step));
     optimizer.step();
 
     const double loss_value = loss.item<double>();

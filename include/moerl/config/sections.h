@@ -246,6 +246,8 @@ struct PretrainSection {
   std::int64_t steps = 300;
   std::int64_t batch_episodes = 16;
   double lr = 1e-3;
+  std::int64_t warmup_steps = 0;
+  bool cosine = false;                   // decay to 10% of lr at the last step
   std::string output = "";               // checkpoint file; "" = <run dir>/base.pt
 };
 
