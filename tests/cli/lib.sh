@@ -40,9 +40,14 @@ finish() {
   echo "$failures check(s) failed"; exit 1
 }
 
-# A tiny model and a short pretraining (TINY_BASE) for the multi-rank job tests.
+# The tasks the job tests were written against: success-only rewards and
+# every family at difficulty 1 (the quickstart later moved to shaped rewards
+# and guess/sort at difficulty 2 for its learning; tests that count turns,
+# rewards or truncations keep these).
 CONFIG="$SOURCE_DIR/configs/quickstart.toml"
-TINY=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
+TEST_TASKS=(--set env.shaping=sparse --set env.guess.difficulty=1 --set env.sort.difficulty=1)
+# A tiny model and a short pretraining (TINY_BASE) for the multi-rank job tests.
+TINY=("${TEST_TASKS[@]}" --set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
       --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
       --set rollout.max_tokens_per_episode=256 --set rollout.eval_episodes=2 --set algo.groups_per_step=2
       --set pretrain.episodes=40 --set pretrain.steps=5 --set pretrain.batch_episodes=4 --set cluster.message_timeout_s=30

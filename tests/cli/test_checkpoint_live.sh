@@ -10,7 +10,7 @@
 #     actors' next trajectories are generated with that version.
 source "$(dirname "$0")/lib.sh" "$@"
 CONFIG="$SOURCE_DIR/configs/quickstart.toml"
-SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
+SMALL=("${TEST_TASKS[@]}" --set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
        --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
        --set rollout.group_size=4 --set rollout.max_tokens_per_episode=192 --set rollout.eval_episodes=1
        --set algo.groups_per_step=2 --set cluster.message_timeout_s=30 --set telemetry.metrics_interval_s=0.2)

@@ -18,9 +18,9 @@
 source "$(dirname "$0")/lib.sh" "$@"
 CONFIG="$SOURCE_DIR/configs/quickstart.toml"
 SMALL=(--set run.output_dir="$WORK/runs" --set 'env.families=["sort"]' --set model.d_model=64 --set model.num_layers=1
-       --set moe.num_experts=4 --set moe.d_expert=64 --set pretrain.episodes=300 --set pretrain.steps=60
+       --set moe.num_experts=4 --set moe.d_expert=64 --set pretrain.episodes=300
        --set rollout.eval_episodes=128 --set rollout.eval_greedy=false --set rollout.max_tokens_per_episode=256
-       --set env.shaping=sparse --set env.sort.difficulty=1 --set pretrain.lr=2e-3)
+       "${TEST_TASKS[@]}" --set pretrain.lr=2e-3 --set pretrain.steps=60)
 
 timeout 300 "$MOERL" pretrain --config "$CONFIG" "${SMALL[@]}" >pretrain.txt 2>&1
 expect_status 0 $? "pretrain"

@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh" "$@"
 CONFIG="$SOURCE_DIR/configs/quickstart.toml"
 # Entropy bonus and no dynamic sampling: every step changes every weight even
 # when all rewards of a group are equal, so equal checkpoints mean something.
-SMALL=(--set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
+SMALL=("${TEST_TASKS[@]}" --set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
        --set model.num_layers=1 --set moe.d_expert=32 --set moe.num_experts=4 --set rollout.sessions_per_actor=8
        --set rollout.group_size=4 --set rollout.max_tokens_per_episode=192 --set rollout.eval_episodes=1
        --set algo.groups_per_step=2 --set algo.drop_zero_variance_groups=false --set algo.entropy_coef=0.01
