@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <exception>
 #include <fstream>

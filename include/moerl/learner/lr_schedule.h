@@ -1,7 +1,7 @@
 #pragma once
 // The learning-rate schedule shared by RL ([optim]) and pretraining
-// ([pretrain]): linear warm-up, then constant or cosine decay to 10% of the
-// peak at the last step.
+// ([pretrain]): linear warm-up, then constant or cosine decay that reaches
+// 10% of the peak at total_steps and stays there.
 
 #include <cstdint>
 
