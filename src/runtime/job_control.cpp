@@ -224,9 +224,12 @@ void set_abort_channel(MPI_Comm channel) { g_abort_channel = channel; }
 std::optional<JobAbortNotice> poll_job_abort() {
   if (g_abort_channel == MPI_COMM_NULL) return std::nullopt;
   int arrived = 0;
+  MPI_Message message = MPI_MESSAGE_NULL;
   MPI_Status status;
-  if (MPI_Iprobe(MPI_ANY_SOURCE, static_cast<int>(MessageType::JobAbort), g_abort_channel, &arrived, &status) !=
-      MPI_SUCCESS) {
+  // A matched probe, as in Mailbox::poll_envelope: the notice is taken even
+  // when its sender (which exits right after aborting) is gone before its bytes are read.
+  if (MPI_Improbe(MPI_ANY_SOURCE, static_cast<int>(MessageType::JobAbort), g_abort_channel, &arrived, &message,
+                  &status) != MPI_SUCCESS) {
     acknowledge_failures(g_abort_channel);  // a dead peer (ULFM): look again next time
     return std::nullopt;
   }
@@ -234,9 +237,14 @@ std::optional<JobAbortNotice> poll_job_abort() {
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
   std::vector<std::uint8_t> frame(static_cast<size_t>(count));
-  MPI_Recv(frame.data(), count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, g_abort_channel, MPI_STATUS_IGNORE);
+  const int received = MPI_Mrecv(frame.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
   JobAbortNotice notice;
   notice.rank = status.MPI_SOURCE;
+  if (received != MPI_SUCCESS) {
+    notice.status = kLostRankExitStatus;
+    notice.reason = "(its reason was lost: it ended before the message was read)";
+    return notice;
+  }
   try {
     const Envelope envelope = unframe_message(frame, MessageType::JobAbort, status.MPI_SOURCE);
     ByteReader r(envelope.payload);

@@ -74,28 +74,39 @@ void Mailbox::send_frame(int destination, MessageType type, const std::vector<st
   }
 }
 
-Envelope Mailbox::receive_probed(MessageType type, const MPI_Status& status) {
+std::optional<Envelope> Mailbox::receive_matched(MessageType type, MPI_Message& message, const MPI_Status& status) {
   int count = 0;
   MOERL_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &count));
   std::vector<std::uint8_t> frame(static_cast<size_t>(count));
-  MOERL_MPI_CHECK(MPI_Recv(frame.data(), count, MPI_BYTE, status.MPI_SOURCE, status.MPI_TAG, comm_,
-                           MPI_STATUS_IGNORE));
+  const int received = MPI_Mrecv(frame.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+  // The sender died after its message was matched but before its bytes came
+  // (a large frame waits for the receiver). The matched message is consumed
+  // either way, so no later probe finds it again; what it said died with its
+  // sender, and the failure detector reports the rank.
+  if (received != MPI_SUCCESS && is_process_failure(received)) return std::nullopt;
+  MOERL_MPI_CHECK(received);
   return unframe_message(frame, type, status.MPI_SOURCE);
 }
 
+// A matched probe (MPI_Improbe + MPI_Mrecv) rather than MPI_Iprobe + MPI_Recv:
+// the probed message is taken out of the queue, so neither another thread
+// probing the same tag nor a sender that dies mid-transfer can leave a message
+// that every later probe finds and no receive can take (a coordinator once
+// spun on such a heartbeat and stopped beating).
 std::optional<Envelope> Mailbox::poll_envelope(MessageType type, int source) {
   int arrived = 0;
+  MPI_Message message = MPI_MESSAGE_NULL;
   MPI_Status status;
-  int probed = MPI_Iprobe(source, static_cast<int>(type), comm_, &arrived, &status);
+  int probed = MPI_Improbe(source, static_cast<int>(type), comm_, &arrived, &message, &status);
   if (probed != MPI_SUCCESS && is_process_failure(probed)) {
     if (source != MPI_ANY_SOURCE) return std::nullopt;  // a dead peer sends nothing more
     acknowledge_failures(comm_);
-    probed = MPI_Iprobe(source, static_cast<int>(type), comm_, &arrived, &status);
+    probed = MPI_Improbe(source, static_cast<int>(type), comm_, &arrived, &message, &status);
     if (probed != MPI_SUCCESS && is_process_failure(probed)) return std::nullopt;
   }
   MOERL_MPI_CHECK(probed);
   if (!arrived) return std::nullopt;
-  return receive_probed(type, status);
+  return receive_matched(type, message, status);
 }
 
 Envelope Mailbox::receive_envelope(MessageType type, int source, double timeout_s) {

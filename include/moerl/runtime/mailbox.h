@@ -90,7 +90,7 @@ class Mailbox {
                          envelope.source);
     }
   }
-  Envelope receive_probed(MessageType type, const MPI_Status& status);
+  std::optional<Envelope> receive_matched(MessageType type, MPI_Message& message, const MPI_Status& status);
 
   MPI_Comm comm_;
   int rank_ = 0;
