@@ -12,6 +12,7 @@ PACKAGES=(
   libspdlog-dev libcli11-dev catch2 libtomlplusplus-dev
   libpcre2-dev libicu-dev       # BPE tokenizer: split regexes, NFC
   python3-matplotlib           # learning-curve plots of moerl bench algos (scripts/plot_curves.py)
+  slurm-wlm munge              # the Slurm tests (label slurm) start their own slurmctld/slurmd
 )
 
 missing=()
@@ -60,5 +61,23 @@ else
     rm -rf .mpi.partial
     echo "setup: WARNING: could not install the fault-tolerant MPI from PyPI; building against the system's" \
          "MPI (a lost rank then stops the job for a restart instead of failing over)" >&2
+  fi
+fi
+
+# The offline checkers of the Kubernetes manifests (configs/k8s/, the test
+# cli.k8s_manifests) in .deploy-tools/ (ignored by git), from PyPI.
+DEPLOY_REQUIREMENTS=scripts/requirements-deploy.txt
+if [ -x .deploy-tools/bin/kubernetes-validate ] && cmp -s "$DEPLOY_REQUIREMENTS" .deploy-tools/requirements.txt; then
+  echo "setup: manifest checkers present"
+else
+  echo "setup: installing the manifest checkers into .deploy-tools/ ($(grep -v '^#' "$DEPLOY_REQUIREMENTS" | tr '\n' ' '))"
+  rm -rf .deploy-tools.partial
+  if python3 -m venv .deploy-tools.partial &&
+     .deploy-tools.partial/bin/pip install -q --disable-pip-version-check -r "$DEPLOY_REQUIREMENTS"; then
+    cp "$DEPLOY_REQUIREMENTS" .deploy-tools.partial/requirements.txt
+    rm -rf .deploy-tools && mv .deploy-tools.partial .deploy-tools
+  else
+    rm -rf .deploy-tools.partial
+    echo "setup: WARNING: could not install the manifest checkers from PyPI; cli.k8s_manifests will fail" >&2
   fi
 fi
