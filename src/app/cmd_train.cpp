@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <set>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "moerl/runtime/lost_ranks.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
+#include "moerl/runtime/placement.h"
 #include "moerl/runtime/rank_record.h"
 #include "moerl/runtime/world.h"
 #include "moerl/telemetry/metrics.h"
@@ -60,6 +62,27 @@ std::optional<config::Config> load_agreed_config(const TrainOptions& options, in
     if (size > 1) std::cerr << "moerl: (reported by rank " << rank << "; every rank stops with status 2)\n";
   }
   return std::nullopt;
+}
+
+// [cluster] placement: the job's communicator in job-rank order. Every rank
+// computes the same plan from the same gathered host names, so a layout that
+// does not fit fails on all of them alike: the first prints it with the key's
+// file and line, and every rank exits with status 2 before any work.
+std::unique_ptr<runtime::PlacedWorld> place_ranks(const config::Config& config, int rank, int size) {
+  try {
+    auto placed = std::make_unique<runtime::PlacedWorld>(config.cluster, MPI_COMM_WORLD);
+    if (config.cluster.placement != config::Placement::RankOrder) {
+      runtime::set_abort_channel_job_ranks(placed->job_rank_of_launcher_rank());
+      set_reported_rank(placed->job_rank());
+    }
+    return placed;
+  } catch (const runtime::PlacementError& error) {
+    if (rank == 0) {
+      std::cerr << "moerl: " << config.issue(error.key(), error.what()).text() << "\n";
+      if (size > 1) std::cerr << "moerl: (every rank stops with status 2)\n";
+    }
+    return nullptr;
+  }
 }
 
 // [faults] plan entries for this attempt: a restart resumes past the faults
@@ -155,8 +178,8 @@ int finish_job(const runtime::World& world, runtime::Mailbox& mailbox, runtime::
   return status;
 }
 
-int run_roles(const config::Config& config, const TrainOptions& options) {
-  runtime::World world(config, MPI_COMM_WORLD);
+int run_roles(const config::Config& config, const TrainOptions& options, const runtime::PlacedWorld& placed) {
+  runtime::World world(config, placed.comm());
   std::string per_rank_file;
   if (config.telemetry.per_rank_log_files)
     per_rank_file = config.run_directory() + "/logs/rank-" + std::to_string(world.rank()) + ".log";
@@ -201,8 +224,10 @@ int run_train(const TrainOptions& options) {
   if (!config) return config::kConfigErrorExitStatus;
   std::string role_label;
   try {
-    role_label = runtime::role_name(runtime::RankLayout(config->cluster).assignment(mpi.world_rank()).role);
-    return run_roles(*config, options);
+    const std::unique_ptr<runtime::PlacedWorld> placed = place_ranks(*config, mpi.world_rank(), mpi.world_size());
+    if (!placed) return config::kConfigErrorExitStatus;
+    role_label = runtime::role_name(runtime::RankLayout(config->cluster).assignment(placed->job_rank()).role);
+    return run_roles(*config, options, *placed);
   } catch (const runtime::PeerLostError& error) {
     // A peer MPI reports dead that no failover covers (learner 0 above all):
     // a lost rank, which the launcher restarts from the last checkpoint.

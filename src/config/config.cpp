@@ -244,6 +244,23 @@ class Loader {
     if (!ok) issues_.push_back(config_.issue(key, message));
   }
 
+  void check_placement() {
+    const ClusterSection& c = config_.cluster;
+    if (c.placement == Placement::HostGroups) {
+      require(!c.training_hosts.empty(), "cluster.training_hosts",
+              "must name the training hosts (glob patterns) when cluster.placement = \"host_groups\"");
+    } else {
+      // A host list that is silently ignored would put learners wherever the launcher did.
+      require(c.training_hosts.empty() && c.inference_hosts.empty(), "cluster.placement",
+              "is \"rank_order\", so training_hosts / inference_hosts would be ignored: set placement = "
+              "\"host_groups\" or remove them");
+    }
+    for (const auto* list : {&c.training_hosts, &c.inference_hosts})
+      for (const std::string& pattern : *list)
+        require(!pattern.empty(), list == &c.training_hosts ? "cluster.training_hosts" : "cluster.inference_hosts",
+                "holds an empty host pattern");
+  }
+
   void check_cross_field() {
     const ModelSection& m = config_.model;
     const MoeSection& e = config_.moe;
@@ -289,6 +306,7 @@ class Loader {
         require(false, "faults.plan", error.what());
       }
     }
+    check_placement();
     require(config_.cluster.heartbeat_timeout_s > 2 * config_.cluster.heartbeat_interval_s,
             "cluster.heartbeat_timeout_s",
             "must be more than twice cluster.heartbeat_interval_s (one late beat is not a loss)");

@@ -193,6 +193,19 @@ SectionSpec cluster_section() {
           "Malformed messages a learner drops from one rank (each with a warning) before it stops "
           "the job naming that rank.")
       .at_least(1);
+  b.choice("placement", &ClusterSection::placement,
+           {{"rank_order", Placement::RankOrder}, {"host_groups", Placement::HostGroups}},
+           "Which process takes which rank: rank_order keeps the launcher's order (learners are its first "
+           "ranks); host_groups gives the learner ranks to the processes on training_hosts and every other "
+           "role to those on inference_hosts, whatever order the launcher chose, and stops before any work "
+           "(status 2) when the counts do not fit.");
+  b.field("training_hosts", &ClusterSection::training_hosts,
+          "placement = host_groups: host names (glob patterns, e.g. \"gpu-train-*\") of the training nodes; "
+          "the processes there become the learners. A host's name is $MOERL_HOST_NAME where set (a "
+          "container's node name), else its hostname.");
+  b.field("inference_hosts", &ClusterSection::inference_hosts,
+          "placement = host_groups: host name patterns of the inference nodes (actors, env workers, "
+          "standby actors); empty = every host not in training_hosts.");
   return spec;
 }
 

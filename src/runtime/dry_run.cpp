@@ -47,7 +47,7 @@ void check_in(const config::Config& config, const World& world, Mailbox& mailbox
     for (int rank = 1; rank < world.size(); ++rank)
       mailbox.send(rank, Hello{config.run.name, fingerprint});
     result.ranks.push_back({world.rank(), role_name(world.role()), world.role_index(),
-                            world.hostname(), static_cast<std::int64_t>(getpid()),
+                            world.placement_host(), static_cast<std::int64_t>(getpid()),
                             world.compute_threads()});
     std::set<int> missing;
     for (int rank = 1; rank < world.size(); ++rank) missing.insert(rank);
@@ -82,7 +82,7 @@ void check_in(const config::Config& config, const World& world, Mailbox& mailbox
       throw Error("learner 0 resolved a different configuration than this rank");
     mailbox.send(kCoordinator,
                  HelloReply{world.rank(), role_name(world.role()), world.role_index(),
-                            world.hostname(), static_cast<std::int64_t>(getpid()),
+                            world.placement_host(), static_cast<std::int64_t>(getpid()),
                             world.compute_threads(), fingerprint});
   }
   telemetry::metrics().add("runtime.messages_sent", world.is_coordinator() ? world.size() - 1 : 1);

@@ -24,20 +24,22 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 
 MPI_Comm g_abort_channel = MPI_COMM_NULL;
+std::vector<int> g_job_rank_of_channel_rank;  // empty: the channel's ranks are the job's
 
 // Under ULFM MPI_Abort ends the caller only: every other rank gets a
 // JobAbort (small, eager: the sends complete without the receivers) and ends
 // itself. Best effort, a short bounded wait: a dead peer cannot hold us.
 void tell_every_rank(int rank, int status, const std::string& what) {
   if (g_abort_channel == MPI_COMM_NULL) return;
-  int size = 0;
+  int size = 0, me = -1;
   MPI_Comm_size(g_abort_channel, &size);
+  MPI_Comm_rank(g_abort_channel, &me);  // the launcher's order, which the channel keeps
   ByteWriter w;
   JobAbort{status, what}.encode(w);
   const std::vector<std::uint8_t> frame = frame_message(MessageType::JobAbort, rank, w.bytes());
   std::vector<MPI_Request> requests;
   for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
+    if (peer == me) continue;
     MPI_Request request;
     if (MPI_Isend(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, peer, static_cast<int>(MessageType::JobAbort),
                   g_abort_channel, &request) == MPI_SUCCESS)
@@ -221,6 +223,10 @@ bool StopCoordinator::should_stop() {
 
 void set_abort_channel(MPI_Comm channel) { g_abort_channel = channel; }
 
+void set_abort_channel_job_ranks(std::vector<int> job_rank_of_channel_rank) {
+  g_job_rank_of_channel_rank = std::move(job_rank_of_channel_rank);
+}
+
 std::optional<JobAbortNotice> poll_job_abort() {
   if (g_abort_channel == MPI_COMM_NULL) return std::nullopt;
   int arrived = 0;
@@ -240,6 +246,8 @@ std::optional<JobAbortNotice> poll_job_abort() {
   const int received = MPI_Mrecv(frame.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
   JobAbortNotice notice;
   notice.rank = status.MPI_SOURCE;
+  if (static_cast<size_t>(status.MPI_SOURCE) < g_job_rank_of_channel_rank.size())
+    notice.rank = g_job_rank_of_channel_rank[static_cast<size_t>(status.MPI_SOURCE)];
   if (received != MPI_SUCCESS) {
     notice.status = kLostRankExitStatus;
     notice.reason = "(its reason was lost: it ended before the message was read)";
@@ -279,10 +287,10 @@ void end_this_rank(int status) {
 }
 
 void abort_job(const std::string& role_label, const std::string& what, int status) {
-  int rank = -1, initialized = 0, finalized = 0;
+  int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int rank = world_rank_or_unknown();  // the job rank once placement decided it
   const char* role = role_label.empty() ? "no role yet" : role_label.c_str();
   if (status == kLostRankExitStatus)
     std::fprintf(stderr, "moerl: rank %d (%s) lost a rank the job cannot go on without: %s\n"

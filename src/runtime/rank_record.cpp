@@ -22,6 +22,7 @@ std::string write_rank_record(const std::string& run_directory, const World& wor
       .key("role").value(role_name(world.role()))
       .key("role_index").value(world.role_index())
       .key("host").value(world.hostname())
+      .key("placement_host").value(world.placement_host())
       .key("pid").value(static_cast<std::int64_t>(getpid()))
       .key("started_at").value(now)
       .key("restart").value(restart)

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "moerl/core/error.h"
+#include "moerl/runtime/placement.h"
 
 namespace moerl::runtime {
 
@@ -43,6 +44,7 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
   char name[256] = {};
   gethostname(name, sizeof name - 1);
   hostname_ = name;
+  placement_host_ = placement_host_name();
   compute_threads_ = choose_compute_threads(config.cluster.threads_per_rank,
                                             std::getenv("MOERL_THREADS_PER_RANK"),
                                             static_cast<int>(std::thread::hardware_concurrency()),

@@ -281,3 +281,30 @@ TEST_CASE("arrays of strings are type-checked element by element", "[config]") {
   REQUIRE(issues.size() == 1);
   CHECK(issues[0].message == "expected an array of strings, element 1 is an integer");
 }
+
+TEST_CASE("cluster placement: host groups need training hosts, rank order takes no host lists", "[config]") {
+  const Config c = load_config_text(
+      "[cluster]\nplacement = \"host_groups\"\ntraining_hosts = [\"gpu-*\"]\ninference_hosts = [\"cpu-*\", \"n1\"]\n",
+      "test.toml");
+  CHECK(c.cluster.placement == Placement::HostGroups);
+  CHECK(c.cluster.inference_hosts == std::vector<std::string>{"cpu-*", "n1"});
+
+  auto issues = issues_of("[cluster]\nplacement = \"host_groups\"\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "cluster.training_hosts");
+  CHECK_THAT(issues[0].message, Catch::Contains("must name the training hosts"));
+
+  issues = issues_of("[cluster]\ntraining_hosts = [\"gpu-*\"]\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "cluster.placement");
+  CHECK_THAT(issues[0].message, Catch::Contains("would be ignored"));
+
+  issues = issues_of("[cluster]\nplacement = \"host_groups\"\ntraining_hosts = [\"gpu-*\", \"\"]\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "cluster.training_hosts");
+  CHECK_THAT(issues[0].message, Catch::Contains("empty host pattern"));
+
+  issues = issues_of("[cluster]\nplacement = \"by_host\"\n");
+  REQUIRE(issues.size() == 1);
+  CHECK_THAT(issues[0].message, Catch::Contains("rank_order | host_groups"));
+}

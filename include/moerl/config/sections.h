@@ -24,6 +24,10 @@ struct RunSection {
 // [cluster]: how many ranks take each role. Ranks are laid out in this order:
 // learners [0, L), actors [L, L+A), env workers [L+A, L+A+E), standby actors
 // after them. The sum must equal the MPI world size.
+// Which process takes which rank: the launcher's order, or learners on the
+// training hosts and every other role on the inference hosts.
+enum class Placement { RankOrder, HostGroups };
+
 struct ClusterSection {
   std::int64_t learners = 1;
   std::int64_t actors = 1;
@@ -35,6 +39,9 @@ struct ClusterSection {
   std::int64_t malformed_message_limit = 5;  // malformed messages from one rank before the job stops
   double heartbeat_interval_s = 1.0;     // every rank tells learner 0 it is alive this often
   double heartbeat_timeout_s = 10.0;     // a rank silent this long is declared lost
+  Placement placement = Placement::RankOrder;
+  std::vector<std::string> training_hosts;   // host name patterns (glob) of the learners' hosts
+  std::vector<std::string> inference_hosts;  // of the other roles' hosts; empty = every other host
 };
 
 // QK-norm variants: per head over head_dim (Qwen3-MoE), or over the whole

@@ -28,8 +28,10 @@ class BackendError : public Error {
 // Formats "file:line: message" with the rank prefix when MPI is up.
 std::string located_message(const char* file, int line, const std::string& message);
 
-// The rank this process has in MPI_COMM_WORLD, or -1 before MPI_Init.
+// The rank errors name: the job rank once [cluster] placement has decided it
+// (set_reported_rank), else the rank in MPI_COMM_WORLD, or -1 before MPI_Init.
 int world_rank_or_unknown();
+void set_reported_rank(int rank);
 
 [[noreturn]] void throw_check_failure(const char* file, int line, const char* condition,
                                       const std::string& message);

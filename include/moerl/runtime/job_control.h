@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "moerl/runtime/mailbox.h"
 
@@ -69,6 +70,9 @@ std::string launcher_restart_cause();
 // keeps until MPI_Finalize. poll_job_abort() is how a rank hears of it (the
 // heartbeat thread asks): the status and reason, if another rank aborted.
 void set_abort_channel(MPI_Comm channel);
+// The job rank of each of the channel's ranks, when [cluster] placement
+// reordered the ranks (the channel keeps the launcher's order).
+void set_abort_channel_job_ranks(std::vector<int> job_rank_of_channel_rank);
 struct JobAbortNotice {
   int rank = -1;
   int status = 1;

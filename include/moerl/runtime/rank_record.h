@@ -1,7 +1,8 @@
 #pragma once
 // <run dir>/ranks/rank-N.json, written by every rank of `moerl train` when it
-// starts: {"rank", "role", "role_index", "host", "pid", "started_at",
-// "restart"}. An operator (or a test) finds a role's process from it without
+// starts: {"rank", "role", "role_index", "host", "placement_host", "pid",
+// "started_at", "restart"} (placement_host: the name [cluster] placement
+// matched, placement.h). An operator (or a test) finds a role's process from it without
 // knowing how the launcher placed the ranks.
 
 #include <string>

@@ -36,7 +36,10 @@ class World {
   // Learner 0, the actors and standby actors: weight publication. MPI_COMM_NULL elsewhere.
   MPI_Comm sync_comm() const { return sync_; }
 
+  // The machine's hostname: fencing a lost rank by pid is only safe on it.
   const std::string& hostname() const { return hostname_; }
+  // The name [cluster] placement matched (placement.h: $MOERL_HOST_NAME, else the hostname).
+  const std::string& placement_host() const { return placement_host_; }
   int ranks_on_host() const { return ranks_on_host_; }
   // Compute threads for this rank: [cluster] threads_per_rank, or the
   // MOERL_THREADS_PER_RANK environment variable, or cores / ranks on host.
@@ -50,6 +53,7 @@ class World {
   MPI_Comm role_ = MPI_COMM_NULL;
   MPI_Comm sync_ = MPI_COMM_NULL;
   std::string hostname_;
+  std::string placement_host_;
   int ranks_on_host_ = 1;
   int compute_threads_ = 1;
 };
