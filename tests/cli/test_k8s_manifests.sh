@@ -58,9 +58,10 @@ PY
   local toml="$dir/extracted/moerl.toml"
   out=$("$MOERL" config check "$toml" 2>&1) || { echo "REJECT: moerl config check: $out"; return; }
   local ranks rundir
-  ranks=$("$MOERL" config get "$toml" cluster.ranks)
-  rundir=$("$MOERL" config get "$toml" run.directory)
-  "$PY" - "$dir" "$ranks" "$rundir" <<'PY'
+  ranks=$("$MOERL" config get "$toml" cluster.ranks 2>&1) || { echo "REJECT: moerl config get cluster.ranks: $ranks"; return; }
+  rundir=$("$MOERL" config get "$toml" run.directory 2>&1) || { echo "REJECT: moerl config get run.directory: $rundir"; return; }
+  # A crash of the checker is a finding too; the last line marks a complete pass.
+  "$PY" - "$dir" "$ranks" "$rundir" <<'PY' || echo "REJECT: the moerl facts check crashed"
 import sys, yaml, posixpath
 d, ranks, rundir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 job = yaml.safe_load(open(f"{d}/mpijob.yaml"))
@@ -114,13 +115,16 @@ if init and mounted(launcher, init, "persistentVolumeClaim")[0] is None:
     reject(f"launcher: --init {init} is on no mounted PersistentVolumeClaim")
 if spec.get("runPolicy", {}).get("backoffLimit", 0) < 1:
     reject("runPolicy.backoffLimit < 1: a failed launcher is never retried")
+print(f"CHECKED: {started} ranks, config {config_path}, run directory {rundir}")
 PY
 }
 
 # The manifests as committed: no finding at all.
 cp -r "$K8S" good
 checks good >good.txt
-[ -s good.txt ] && { fail "configs/k8s/ is rejected"; sed 's/^/    | /' good.txt; }
+if grep -q REJECT good.txt || ! grep -q '^CHECKED: ' good.txt; then
+  fail "configs/k8s/ is rejected (or not every check ran)"; sed 's/^/    | /' good.txt
+fi
 [ -s good/extracted/podtemplate-Launcher.yaml ] && [ -s good/extracted/podtemplate-Worker.yaml ] ||
   fail "the pod templates were not extracted"
 
