@@ -67,17 +67,19 @@ fi
 # The offline checkers of the Kubernetes manifests (configs/k8s/, the test
 # cli.k8s_manifests) in .deploy-tools/ (ignored by git), from PyPI.
 DEPLOY_REQUIREMENTS=scripts/requirements-deploy.txt
-if [ -x .deploy-tools/bin/kubernetes-validate ] && cmp -s "$DEPLOY_REQUIREMENTS" .deploy-tools/requirements.txt; then
+if .deploy-tools/bin/kubernetes-validate --version >/dev/null 2>&1 && cmp -s "$DEPLOY_REQUIREMENTS" .deploy-tools/requirements.txt; then
   echo "setup: manifest checkers present"
 else
   echo "setup: installing the manifest checkers into .deploy-tools/ ($(grep -v '^#' "$DEPLOY_REQUIREMENTS" | tr '\n' ' '))"
-  rm -rf .deploy-tools.partial
-  if python3 -m venv .deploy-tools.partial &&
-     .deploy-tools.partial/bin/pip install -q --disable-pip-version-check -r "$DEPLOY_REQUIREMENTS"; then
-    cp "$DEPLOY_REQUIREMENTS" .deploy-tools.partial/requirements.txt
-    rm -rf .deploy-tools && mv .deploy-tools.partial .deploy-tools
+  # Built in place (a venv's scripts name their interpreter by absolute
+  # path, so it cannot be renamed); the copied requirements file, written
+  # last, marks it complete.
+  rm -rf .deploy-tools
+  if python3 -m venv .deploy-tools &&
+     .deploy-tools/bin/pip install -q --disable-pip-version-check -r "$DEPLOY_REQUIREMENTS"; then
+    cp "$DEPLOY_REQUIREMENTS" .deploy-tools/requirements.txt
   else
-    rm -rf .deploy-tools.partial
+    rm -rf .deploy-tools
     echo "setup: WARNING: could not install the manifest checkers from PyPI; cli.k8s_manifests will fail" >&2
   fi
 fi
