@@ -64,7 +64,14 @@ struct EvalOptions {
   int threads = 0;
 };
 
+struct CtlOptions {
+  std::string run_dir;    // the job's run directory (its ranks/ records)
+  int rank = -1;
+  double timeout_s = 60;  // how long to wait for the rank to leave
+};
+
 int run_train(const TrainOptions& options);
+int run_ctl_release_env(const CtlOptions& options);
 int run_eval(const EvalOptions& options);
 int run_env_play(const EnvPlayOptions& options);
 int run_pretrain(const PretrainOptions& options);

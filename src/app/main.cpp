@@ -125,6 +125,17 @@ int main(int argc, char** argv) {
   pretrain_cmd->add_option("--set", pretrain.overrides, "Override a key: --set section.key=value (repeatable)");
   pretrain_cmd->add_option("--threads", pretrain.threads, "Compute threads (default: all cores)");
 
+  moerl::app::CtlOptions ctl;
+  auto* ctl_cmd = app.add_subcommand("ctl", "Operate on a running job from outside it");
+  ctl_cmd->require_subcommand(1);
+  auto* release_cmd = ctl_cmd->add_subcommand(
+      "release-env",
+      "Take env worker RANK out of a running job (scale-down): it is sent SIGTERM, learner 0 releases it, its "
+      "sessions move to the other env workers; waits until it has left");
+  release_cmd->add_option("run_dir", ctl.run_dir, "The job's run directory (holds ranks/rank-N.json)")->required();
+  release_cmd->add_option("rank", ctl.rank, "The env worker's rank")->required();
+  release_cmd->add_option("--timeout", ctl.timeout_s, "Seconds to wait for it to leave (default 60)");
+
   CLI11_PARSE(app, argc, argv);
 
   if (*train_cmd) return moerl::app::run_train(train);
@@ -144,5 +155,6 @@ int main(int argc, char** argv) {
   if (*eval_cmd) return moerl::app::run_eval(eval);
   if (*checkpoint_cmd) return moerl::app::run_checkpoint(checkpoint);
   if (*pretrain_cmd) return moerl::app::run_pretrain(pretrain);
+  if (*release_cmd) return moerl::app::run_ctl_release_env(ctl);
   return 1;
 }

@@ -65,6 +65,8 @@ void Coordinator::serve_once() {
   tasks_.serve(version_);
   take_messages(now);
   take_failover_messages(now);
+  take_release_requests(now);
+  decide_releases(now);
   finish_recoveries(now);
   if (watching_) watch_progress(now);
 }

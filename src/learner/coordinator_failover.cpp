@@ -75,15 +75,25 @@ void Coordinator::tell_living_ranks(const runtime::RankLost& notice) {
 }
 
 void Coordinator::on_rank_lost(const runtime::LostRank& lost) {
-  spdlog::error("{}", lost.describe());
-  telemetry::metrics().add("coordinator.lost_ranks");
+  // An env worker released on its request (coordinator_release.cpp) leaves as a lost one does, on purpose.
+  const auto release = released_.find(lost.rank);
+  const bool released = release != released_.end();
+  if (released) {
+    spdlog::warn("rank {} (env_worker {} on host {}, pid {}) left the job, released on its {}", lost.rank,
+                 lost.role_index, lost.host, lost.pid, release->second);
+    telemetry::metrics().add("coordinator.released_ranks");
+  } else {
+    spdlog::error("{}", lost.describe());
+    telemetry::metrics().add("coordinator.lost_ranks");
+  }
   const double now = runtime::monotonic_seconds();
-  runtime::RankLost notice{lost.rank, runtime::role_name(lost.role), lost.role_index, lost.host, lost.pid, lost.why};
+  runtime::RankLost notice{lost.rank, runtime::role_name(lost.role), lost.role_index, lost.host, lost.pid,
+                           released ? "released on its " + release->second : lost.why};
   runtime::lost_ranks().add(notice);
   // Without a fault-tolerant MPI a killed rank takes the whole job down at
   // once, before the clean stop below saved its checkpoint: the end of the
-  // job fences then (cmd_train.cpp).
-  if (runtime::fault_tolerant_mpi()) runtime::fence(notice, world_.hostname());
+  // job fences then (cmd_train.cpp). A released rank has ended itself.
+  if (runtime::fault_tolerant_mpi() && !released) runtime::fence(notice, world_.hostname());
   tell_living_ranks(notice);
   for (Recovery& recovery : recoveries_) recovery.actors.erase(lost.rank);  // no report comes from it now
 
@@ -92,11 +102,12 @@ void Coordinator::on_rank_lost(const runtime::LostRank& lost) {
   failure.role = runtime::role_name(lost.role);
   failure.role_index = lost.role_index;
   failure.host = lost.host;
-  failure.kind = "lost: " + lost.why;
+  failure.kind = released ? "released: " + release->second : "lost: " + lost.why;
   failure.detected_after_s = lost.silent_s;
   failure.step = step_;
   tasks_.record_rank_failure(failure);
 
+  if (released) released_.erase(release);
   const std::string impossible = failover_impossible(lost);
   if (!impossible.empty()) {
     fail(lost.describe() + "; " + impossible + ": the job stops so that it can be restarted from its checkpoint",

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "moerl/comm/mpi_communicator.h"
+#include "moerl/env/env_release.h"
 #include "moerl/env/env_worker.h"
 #include "moerl/hf/policy_loader.h"
 #include "moerl/learner/learner.h"
@@ -64,13 +65,17 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       env::SessionHost host(env::session_host_options(config, world.compute_threads()));
       env::EnvWorkerService service(host, mailbox);
       telemetry::MetricsReporter reporter(mailbox, config.telemetry.metrics_interval_s);
+      env::ReleaseOnSignal release(mailbox, stop, config.cluster.message_timeout_s);
+      bool leave = false;
       service.serve([&] {
         reporter.maybe_send();
         if (const double slow = runtime::fault_hooks().slow_ms.load(); slow > 0)
           std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow));
         if (heartbeat) heartbeat->load().live_sessions = static_cast<std::int32_t>(host.live_sessions());
-        return stop.should_stop();
+        leave = release.released();
+        return leave || stop.should_stop();
       });
+      if (leave) env::leave_job_released(world.role_label());
       return 0;
     }
     case runtime::Role::Actor:

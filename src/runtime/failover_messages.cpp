@@ -60,4 +60,20 @@ FailoverReport FailoverReport::decode(ByteReader& r) {
   return m;
 }
 
+void EnvReleaseRequest::encode(ByteWriter& w) const { w.put_string(reason); }
+
+EnvReleaseRequest EnvReleaseRequest::decode(ByteReader& r) { return EnvReleaseRequest{r.get_string()}; }
+
+void EnvReleaseReply::encode(ByteWriter& w) const {
+  w.put<std::uint8_t>(granted ? 1 : 0);
+  w.put_string(refusal);
+}
+
+EnvReleaseReply EnvReleaseReply::decode(ByteReader& r) {
+  EnvReleaseReply m;
+  m.granted = r.get<std::uint8_t>() != 0;
+  m.refusal = r.get_string();
+  return m;
+}
+
 }  // namespace moerl::runtime

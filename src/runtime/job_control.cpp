@@ -193,6 +193,13 @@ void StopCoordinator::request_stop(const std::string& reason) {
   }
 }
 
+int StopCoordinator::take_stop_signal() {
+  const int signal_number = stop_signal_received();
+  if (signal_number == 0 || forwarded_signal_) return 0;
+  forwarded_signal_ = true;
+  return signal_number;
+}
+
 bool StopCoordinator::should_stop() {
   if (stopping_) return true;
   if (const int signal_number = stop_signal_received(); signal_number != 0 && !forwarded_signal_) {

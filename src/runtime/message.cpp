@@ -28,6 +28,8 @@ const char* message_type_name(MessageType type) {
     case MessageType::GroupsCancelledReply: return "GroupsCancelledReply";
     case MessageType::FailoverReport: return "FailoverReport";
     case MessageType::EndOfJob: return "EndOfJob";
+    case MessageType::EnvReleaseRequest: return "EnvReleaseRequest";
+    case MessageType::EnvReleaseReply: return "EnvReleaseReply";
   }
   return "unknown";
 }

@@ -127,6 +127,10 @@ class Coordinator {
   void finish_recoveries(double now);
   void watch_progress(double now);
   void fail(const std::string& reason, int status);
+  // Releases of env workers (coordinator_release.cpp).
+  void take_release_requests(double now);
+  void decide_releases(double now);
+  std::string release_refusal(int rank) const;
 
   const config::Config& config_;
   const runtime::World& world_;
@@ -146,6 +150,12 @@ class Coordinator {
   std::int64_t step_ = 0;
   std::int64_t version_ = 0;
   std::vector<Recovery> recoveries_;
+  struct PendingRelease {
+    double decide_at = 0;
+    std::string reason;
+  };
+  std::map<int, PendingRelease> releases_pending_;  // env workers that asked to leave, by rank
+  std::map<int, std::string> released_;              // granted, not yet seen gone: rank -> reason
   std::map<std::uint64_t, rollout::TaskGroup> cancelling_;  // training groups of lost actors, asked to cancel
   std::atomic<bool> sync_broken_{false};
   std::atomic<bool> stopping_{false};

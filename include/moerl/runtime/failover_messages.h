@@ -7,6 +7,10 @@
 //   GroupsCancelled       learner 0 -> a learner: training groups of a lost actor
 //   GroupsCancelledReply  that learner -> learner 0: the ones it cancelled (those not complete)
 //   FailoverReport        an actor -> learner 0: sessions it moved, episodes it restarted
+//   EnvReleaseRequest     an env worker -> learner 0: a SIGTERM of its own asks to leave the job
+//                         (scale-down); its sessions then move as after a loss
+//   EnvReleaseReply       learner 0 -> that env worker: granted (it leaves at once), or refused
+//                         and why (it then stops the job as any signal does)
 
 #include <cstdint>
 #include <string>
@@ -51,6 +55,21 @@ struct FailoverReport {
   std::int32_t episodes_restarted = 0;
   void encode(ByteWriter& w) const;
   static FailoverReport decode(ByteReader& r);
+};
+
+struct EnvReleaseRequest {
+  static constexpr MessageType kType = MessageType::EnvReleaseRequest;
+  std::string reason;  // "signal 15"
+  void encode(ByteWriter& w) const;
+  static EnvReleaseRequest decode(ByteReader& r);
+};
+
+struct EnvReleaseReply {
+  static constexpr MessageType kType = MessageType::EnvReleaseReply;
+  bool granted = false;
+  std::string refusal;  // why not, when not granted
+  void encode(ByteWriter& w) const;
+  static EnvReleaseReply decode(ByteReader& r);
 };
 
 }  // namespace moerl::runtime

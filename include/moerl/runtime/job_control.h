@@ -37,6 +37,10 @@ class StopCoordinator {
   bool should_stop();
   // Asks the whole job to stop (any rank may call it).
   void request_stop(const std::string& reason);
+  // For a rank that answers a signal of its own otherwise (an env worker
+  // asks to be released): the signal number, once, and should_stop() does
+  // not forward it; 0 when none came or it was taken already.
+  int take_stop_signal();
   const std::string& reason() const { return reason_; }
 
  private:

@@ -51,8 +51,10 @@ enum class MessageType : std::uint16_t {
   GroupsCancelledReply = 20,  // a learner -> learner 0: which of the groups it cancelled
   FailoverReport = 21,  // an actor -> learner 0: what it moved or restarted after a loss
   EndOfJob = 22,      // every rank -> learner 0 and back: the handshake before MPI_Finalize
+  EnvReleaseRequest = 23,  // an env worker -> learner 0: a SIGTERM asks to take it out of the job
+  EnvReleaseReply = 24,    // learner 0 -> that env worker: released, or why not
 };
-constexpr std::uint16_t kMaxMessageType = 22;
+constexpr std::uint16_t kMaxMessageType = 24;
 
 const char* message_type_name(MessageType type);
 bool is_known_message_type(std::uint16_t value);

@@ -1,0 +1,84 @@
+# Elastic env workers: a SIGTERM to one env worker (a scheduler taking its
+# node back) or `moerl ctl release-env RUN_DIR RANK` takes it out of a running
+# job; its sessions move to the other env worker, every step completes, no
+# session fails, and summary.json counts a release, not a loss. A SIGTERM to
+# the whole job still stops it with a checkpoint (no release), and the last
+# env worker is not released (the job stops instead).
+source "$(dirname "$0")/lib.sh" "$@"
+needs_ulfm
+pretrain_tiny
+STEPS=40
+
+start() {  # start NAME [extra args...]: 1 learner, 2 actors, 2 env workers (ranks 3, 4), in the background
+  local name=$1
+  shift
+  "${LAUNCH[@]}" -n 5 train --config "$CONFIG" "${TINY[@]}" --set cluster.env_workers=2 --set run.name="$name" \
+    --set optim.total_steps=$STEPS --set checkpoint.every_steps=4 --init "$TINY_BASE" "$@" >"$name.txt" 2>&1 &
+  job=$!
+}
+released_cleanly() {  # released_cleanly NAME RANK: every step, one failure entry that is a release, no session lost
+  wait_job "$job" 240 "$1"
+  expect_status 0 $? "$1: exit status"
+  expect_contains "$1.txt" "step $STEPS/$STEPS " "$1: every step"
+  expect_contains "$1.txt" "releasing env worker $(( $2 - 3 )) (rank $2) on its signal 15" "$1: learner 0 releases it"
+  grep -q "env failures" "$1.txt" && fail "$1: sessions failed"
+  python3 - "$WORK/runs/$1" "$2" <<'PY' || fail "$1: summary.json"
+import json, sys
+s = json.load(open(f"{sys.argv[1]}/summary.json"))
+rank = int(sys.argv[2])
+print("failures:", s["failures"])
+assert s["steps_completed"] == s["steps"] and s["restarts"] == 0, s
+[x] = s["failures"]
+assert (x["rank"], x["role"]) == (rank, "env_worker"), x
+assert x["kind"] == "released: signal 15", x
+assert 0 <= x["recovered_after_s"] < 10, x
+for phase in ("before", "after"):
+    for family, score in s[phase].items():
+        assert score["env_failures"] == 0, (phase, family, score)
+failed = sum(json.loads(l)["roles"]["learner"]["gauges"].get("learner.step_env_failures", 0)
+             for l in open(f"{sys.argv[1]}/metrics.jsonl"))
+assert failed == 0, failed
+PY
+}
+
+# 1. SIGTERM to env worker 1 (rank 4) from outside, at step 2.
+start sigterm
+hit sigterm 4 TERM 2
+released_cleanly sigterm 4
+[ -n "$hit_pid" ] && kill -0 "$hit_pid" 2>/dev/null && fail "sigterm: the released env worker still runs"
+
+# 2. moerl ctl release-env on env worker 0 (rank 3).
+start ctl
+wait_for_line ctl.txt "step 2/$STEPS " 120 || fail "ctl: step 2 never came"
+"$MOERL" ctl release-env "$WORK/runs/ctl" 3 >release.txt 2>&1
+expect_status 0 $? "ctl release-env"
+expect_contains release.txt "released; the job goes on" "ctl release-env reports the release"
+released_cleanly ctl 3
+# Bad targets are refused, naming the rank and its role.
+"$MOERL" ctl release-env "$WORK/runs/ctl" 1 >not_env.txt 2>&1
+expect_status 2 $? "ctl release-env on an actor"
+expect_contains not_env.txt "rank 1 is actor 0, not an env worker" "ctl names the role"
+"$MOERL" ctl release-env "$WORK/runs/ctl" 9 >no_rank.txt 2>&1
+expect_status 2 $? "ctl release-env on a rank the job does not have"
+expect_contains no_rank.txt "rank-9.json: no such rank record" "ctl names the missing record"
+
+# 3. A job-wide SIGTERM (as mpirun forwards it to every rank): a clean stop
+# with a checkpoint, and no release.
+start everyone --set optim.total_steps=1000
+wait_for_line everyone.txt "step 2/1000 " 120 || fail "everyone: step 2 never came"
+kill -TERM "$job"
+wait_job "$job" 120 "everyone"
+grep -q "releasing env worker" everyone.txt && fail "everyone: a job-wide stop was taken for a release"
+"$MOERL" checkpoint list "$WORK/runs/everyone/checkpoints" >everyone_list.txt 2>&1
+expect_contains everyone_list.txt "valid" "everyone: a checkpoint written at the stop"
+
+# 4. The last env worker is not released: the job stops as on any signal, with a checkpoint.
+"${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set run.name=last --set optim.total_steps=1000 \
+  --set checkpoint.every_steps=0 --init "$TINY_BASE" >last.txt 2>&1 &
+job=$!
+STEPS=1000 hit last 3 TERM 2
+wait_job "$job" 120 "last"
+expect_contains last.txt "refused: it is the last env worker" "last: the refusal names why"
+"$MOERL" checkpoint list "$WORK/runs/last/checkpoints" >last_list.txt 2>&1
+expect_contains last_list.txt "valid" "last: a checkpoint written at the stop"
+finish
