@@ -16,8 +16,8 @@
 #                     name). A requeued job keeps it, so it resumes its own checkpoints.
 #   MOERL_ARGS        more moerl train options, split on blanks (e.g. "--set optim.total_steps=400");
 #                     they come last, so they win over the options above
-#   MOERL_REQUEUE_ON_STOP  1 (default): after a stop by signal (the time-limit
-#                     warning), requeue this job so it continues; 0: just end
+#   MOERL_REQUEUE_ON_STOP  1 (default): after the stop at the time-limit warning
+#                     (SIGUSR1), requeue this job so it continues; 0: just end
 set -uo pipefail
 
 MOERL_ROOT="${MOERL_ROOT:-${SLURM_SUBMIT_DIR:-$PWD}}"
@@ -54,11 +54,15 @@ MOERL_ATTEMPT="${SLURM_RESTART_COUNT:-0}"
 MOERL_ATTEMPT_LOG="$MOERL_SLURM_LOG_DIR/job-${SLURM_JOB_ID:-none}-attempt-$MOERL_ATTEMPT.log"
 echo "moerl-slurm: job ${SLURM_JOB_ID:-?} attempt $MOERL_ATTEMPT on $(hostname -s), run $MOERL_RUN_DIR, config $MOERL_CONFIG"
 
-# The stop: Slurm's --signal=B:TERM@N reaches this shell only (B:), N seconds
-# before the time limit. moerl_relay_stop (set by the job script) passes it on
-# to the ranks, whose learner 0 writes a checkpoint ([checkpoint]
-# save_on_stop, on by default) and ends every rank; then this job requeues
-# itself so that the next attempt resumes from that checkpoint.
+# The stop: Slurm's --signal=B:USR1@N sends SIGUSR1 to this batch shell only
+# (B:), N seconds before the time limit. The script passes a SIGTERM on to
+# learner 0, which writes a checkpoint ([checkpoint] save_on_stop, on by
+# default) and stops every rank; then the job requeues itself, and the next
+# attempt resumes from that checkpoint. USR1 and not TERM: Slurm sends TERM
+# to every process of the job on scancel, a preemption or a requeue from
+# outside, and those must not requeue the job again (each rank gets that
+# TERM itself, learner 0 included, so nothing is relayed then either: a
+# second TERM tells moerl to leave at once, without its checkpoint).
 #
 # The stop goes to learner 0 alone, by its pid from <run>/ranks/rank-0.json:
 # learner 0 turns one signal into a stop of every rank (docs/reliability.md).
@@ -80,17 +84,22 @@ moerl_signal_learner0() {  # moerl_signal_learner0 SIGNAL: true when learner 0 o
   kill -s "$1" "$pid" 2>/dev/null
 }
 
-moerl_stop_requested=0
+moerl_stop_requested=0  # 1: the time-limit warning came, requeue after the stop
+moerl_ending=0          # 1: Slurm is ending the job (TERM/INT): no requeue
 moerl_child=""
-moerl_on_stop() {
+moerl_on_warning() {
   [ "$moerl_stop_requested" = 1 ] && return  # one relay: a second TERM means "now" to moerl
   moerl_stop_requested=1
-  echo "moerl-slurm: $1 received at $(date +%T); asking moerl to checkpoint and stop"
-  moerl_relay_stop "$1"
+  echo "moerl-slurm: SIG$1 (the time-limit warning) at $(date +%T); asking learner 0 to checkpoint and stop"
+  moerl_relay_stop TERM
 }
-trap 'moerl_on_stop TERM' TERM
-trap 'moerl_on_stop INT' INT
-trap 'moerl_on_stop USR1' USR1
+moerl_on_end() {
+  moerl_ending=1
+  echo "moerl-slurm: SIG$1 at $(date +%T): the job is being ended (scancel, preemption or requeue); no requeue from here"
+}
+trap 'moerl_on_warning USR1' USR1
+trap 'moerl_on_end TERM' TERM
+trap 'moerl_on_end INT' INT
 
 moerl_run() {  # moerl_run CMD...: runs CMD in the background (so the traps run at once), waits, sets moerl_status
   "$@" > >(tee -a "$MOERL_ATTEMPT_LOG") 2>&1 &
@@ -109,7 +118,7 @@ moerl_finish() {  # after moerl_run: requeue after a stop, else end with moerl's
   # A stop that came after the last step left nothing to continue.
   local finished=0
   [ "$moerl_status" = 0 ] && ! grep -q "^stopping after step" "$MOERL_ATTEMPT_LOG" && finished=1
-  if [ "$moerl_stop_requested" = 1 ] && [ "$finished" = 0 ] && [ "$MOERL_REQUEUE_ON_STOP" = 1 ] &&
+  if [ "$moerl_stop_requested" = 1 ] && [ "$moerl_ending" = 0 ] && [ "$finished" = 0 ] && [ "$MOERL_REQUEUE_ON_STOP" = 1 ] &&
      [ -n "${SLURM_JOB_ID:-}" ]; then
     # Slurm requeues on its own only after a node failure or a preemption, not
     # at the time limit: the job asks for it. It keeps its id, name and run.
@@ -118,4 +127,35 @@ moerl_finish() {  # after moerl_run: requeue after a stop, else end with moerl's
     echo "moerl-slurm: scontrol requeue failed (is the job --requeue, JobRequeue=1?); resubmit it: it resumes with --resume auto" >&2
   fi
   exit "$moerl_status"
+}
+
+# Direct launch by srun (hetjob, and multi_node with MOERL_LAUNCHER=srun).
+# The Open MPI 5 wheel in .mpi carries its own PMIx client, and Slurm's
+# mpi/pmix plugin serves it: `srun --mpi=pmix` starts the ranks with no
+# mpirun, one MPI_COMM_WORLD across every task (and across the components
+# of a hetjob), checked by cli.slurm_jobs. Such a job has no ULFM: Open MPI's
+# fault tolerance needs its own runtime (mpirun --with-ft ulfm), so a lost
+# rank stops the job (status 4, checkpoint saved when learner 0 lives) and
+# moerl_srun_loop starts it again from that checkpoint, as launch.sh does
+# for mpirun.
+MOERL_MAX_RESTARTS="${MOERL_MAX_RESTARTS:-3}"
+moerl_srun_loop() {  # moerl_srun_loop SRUN_ARGS... -- ; the moerl args come from moerl_train_args
+  export MOERL_FAULT_TOLERANCE=off
+  local attempt=0
+  while :; do
+    export MOERL_RESTARTS="$attempt"
+    moerl_run "$@"
+    case "$moerl_status" in 0|2) return ;; esac  # done, or a configuration error (the same on every try)
+    [ "$moerl_stop_requested" = 1 ] || [ "$moerl_ending" = 1 ] && return
+    [ "$attempt" -ge "$MOERL_MAX_RESTARTS" ] && { echo "moerl-slurm: giving up after $attempt restarts"; return; }
+    attempt=$((attempt + 1))
+    export MOERL_RESTART_CAUSE="the previous srun ended with status $moerl_status"
+    echo "moerl-slurm: srun ended with status $moerl_status; restart $attempt of $MOERL_MAX_RESTARTS (--resume auto)"
+  done
+}
+# srun passes a SIGTERM it gets as a cancel of the step (SIGKILL soon after),
+# so the fallback before learner 0 has started asks Slurm to signal the
+# steps' tasks instead: each rank then stops by itself.
+moerl_relay_stop_srun() {
+  moerl_signal_learner0 "$1" || scancel --signal="$1" "$SLURM_JOB_ID" 2>/dev/null
 }

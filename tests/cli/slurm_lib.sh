@@ -1,7 +1,7 @@
 # A throw-away one-node Slurm cluster for the Slurm job tests. Source it after
 # lib.sh; then `slurm_start` brings up munged, slurmctld and slurmd with their
 # own config, key, sockets, ports, spool and state in $WORK/slurm, and waits
-# until the node is idle. Nothing here touches a system munge or Slurm: every
+# until the nodes are idle. Nothing here touches a system munge or Slurm: every
 # client command runs with SLURM_CONF pointing at this conf, and the conf
 # names this munge socket. A daemon that cannot start fails the test (exit 1)
 # with its log's tail: a test that needs Slurm must never pass without one.
@@ -11,7 +11,12 @@
 # slurm_start started (jobs cancelled first, then slurmd, slurmctld, munged).
 SLURM_DIR="$WORK/slurm"
 SLURM_PIDS=()  # "name:pid" of each daemon started here
-SLURM_NODE="$(hostname -s)"
+# Two slurmd on this one host, as two nodes: Slurm's backfill scheduler,
+# which alone starts heterogeneous jobs, plans whole nodes, so the two
+# components of a hetjob never start on one node (it plans the second after
+# the first has ended). NodeHostname maps both names to this host.
+SLURM_HOST="$(hostname -s)"
+SLURM_NODES=("$SLURM_HOST-n0" "$SLURM_HOST-n1")
 
 slurm_die() {  # slurm_die REASON [LOG...]: the test fails here, naming why and showing the logs
   echo "FAILED: $1"
@@ -56,6 +61,7 @@ slurm_start() {
   for tool in munged mungekey slurmctld slurmd sbatch srun squeue scontrol sinfo scancel; do
     command -v "$tool" >/dev/null || slurm_die "$tool is not installed (scripts/setup.sh installs Slurm and munge)"
   done
+  command -v unshare >/dev/null || slurm_die "unshare (util-linux) is missing: the second slurmd needs a mount namespace"
   mkdir -p "$SLURM_DIR"/{munge,socket,spool,state,log,tmp}
   # munged wants its socket reachable by everyone (x on every directory above
   # it) and its key readable by it alone.
@@ -83,33 +89,40 @@ slurm_start() {
   [ $ok = 1 ] || slurm_die "munged did not start (no credential round trip on $socket)" \
     "$SLURM_DIR/log/munged.out" "$SLURM_DIR/log/munged.log"
 
-  # The conf: one node, this host, as many CPUs as it has; the ranks' processes
-  # tracked by /proc (no cgroups in a container), no task binding.
-  local ctld_port slurmd_port cpus
+  # The conf: two nodes on this host, each with as many CPUs as the host has;
+  # the ranks' processes tracked by /proc (no cgroups in a container), no
+  # task binding. Each slurmd has its own port, pid, log and TmpFS (%n: the node name).
+  local ctld_port cpus node_lines="" node
   ctld_port=$(free_port)
-  slurmd_port=$(free_port)
-  [ "$ctld_port" != "$slurmd_port" ] || slurmd_port=$(free_port)
   cpus=$(nproc)
+  for node in "${SLURM_NODES[@]}"; do
+    node_lines+="NodeName=$node NodeHostname=$SLURM_HOST NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus State=UNKNOWN"$'\n'
+  done
   export SLURM_CONF="$SLURM_DIR/slurm.conf"
   cat >"$SLURM_CONF" <<EOF
 ClusterName=moerltest
-SlurmctldHost=$SLURM_NODE(127.0.0.1)
+SlurmctldHost=$SLURM_HOST(127.0.0.1)
 SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
 SlurmUser=$user
 SlurmdUser=$user
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$socket
 StateSaveLocation=$SLURM_DIR/state
+# One spool path for both slurmd, but not one directory: Slurm's PMIx plugin
+# names a step's server socket there by job and step alone, and reaches a
+# peer node's at the path of its own (no %n), so the second slurmd runs in a
+# mount namespace of its own with another directory bound over this path.
 SlurmdSpoolDir=$SLURM_DIR/spool
 SlurmctldPidFile=$SLURM_DIR/slurmctld.pid
-SlurmdPidFile=$SLURM_DIR/slurmd.pid
+SlurmdPidFile=$SLURM_DIR/slurmd-%n.pid
 SlurmctldLogFile=$SLURM_DIR/log/slurmctld.log
-SlurmdLogFile=$SLURM_DIR/log/slurmd.log
+SlurmdLogFile=$SLURM_DIR/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-TmpFS=$SLURM_DIR/tmp
+# Per node: Slurm's PMIx plugin makes each step's client directory under it,
+# named by job and step alone, so two nodes on one host need two TmpFS.
+TmpFS=$SLURM_DIR/tmp/%n
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -127,8 +140,7 @@ KillWait=60
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 PlugStackConfig=$SLURM_DIR/plugstack.conf
-NodeName=$SLURM_NODE NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
-PartitionName=test Nodes=$SLURM_NODE Default=YES MaxTime=INFINITE State=UP
+${node_lines}PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
   : >"$SLURM_DIR/plugstack.conf"
 
@@ -142,18 +154,35 @@ EOF
   done
   [ $ok = 1 ] || slurm_die "slurmctld did not start (scontrol ping)" "$SLURM_DIR/log/slurmctld.out" "$SLURM_DIR/log/slurmctld.log"
 
-  slurmd -D -f "$SLURM_CONF" -N "$SLURM_NODE" >"$SLURM_DIR/log/slurmd.out" 2>&1 &
-  SLURM_PIDS+=("slurmd:$!")
-  local state=""
+  local logs=()
+  local first=1 mount_spool
+  for node in "${SLURM_NODES[@]}"; do
+    mkdir -p "$SLURM_DIR/tmp/$node" "$SLURM_DIR/spool-$node"
+    if [ $first = 1 ]; then
+      mount_spool=""
+      first=0
+    else
+      mount_spool="mount --bind '$SLURM_DIR/spool-$node' '$SLURM_DIR/spool' || exit 97;"
+    fi
+    # unshare execs (no fork): the pid is slurmd's.
+    unshare --mount --propagation private \
+      bash -c "$mount_spool exec slurmd -D -f '$SLURM_CONF' -N '$node'" >"$SLURM_DIR/log/slurmd-$node.out" 2>&1 &
+    SLURM_PIDS+=("slurmd-$node:$!")
+    logs+=("$SLURM_DIR/log/slurmd-$node.out" "$SLURM_DIR/log/slurmd-$node.log")
+  done
+  local states="" want
+  want=$(printf 'idle\n%.0s' "${SLURM_NODES[@]}")
   for _ in $(seq 1 150); do
-    state=$(sinfo -h -N -n "$SLURM_NODE" -o %T 2>/dev/null)
-    [ "$state" = idle ] && break
-    kill -0 "${SLURM_PIDS[-1]#*:}" 2>/dev/null || break
+    states=$(sinfo -h -N -o %T 2>/dev/null | sort)
+    [ "$states" = "${want%$'\n'}" ] && break
+    for entry in "${SLURM_PIDS[@]}"; do
+      kill -0 "${entry#*:}" 2>/dev/null || slurm_die "${entry%%:*} exited" "${logs[@]}" "$SLURM_DIR/log/slurmctld.log"
+    done
     sleep 0.2
   done
-  [ "$state" = idle ] || slurm_die "node $SLURM_NODE not idle within 30 s (state '${state}')" \
-    "$SLURM_DIR/log/slurmd.out" "$SLURM_DIR/log/slurmd.log" "$SLURM_DIR/log/slurmctld.log"
-  echo "slurm: node $SLURM_NODE idle ($cpus CPUs), slurmctld on port $ctld_port, conf $SLURM_CONF"
+  [ "$states" = "${want%$'\n'}" ] || slurm_die "nodes ${SLURM_NODES[*]} not idle within 30 s (states: $(echo $states))" \
+    "${logs[@]}" "$SLURM_DIR/log/slurmctld.log"
+  echo "slurm: nodes ${SLURM_NODES[*]} idle ($cpus CPUs each, on this host), slurmctld on port $ctld_port, conf $SLURM_CONF"
 }
 
 slurm_submit() {  # slurm_submit SBATCH_ARGS...: prints the job id (sbatch --parsable); fails the test if sbatch does
@@ -180,7 +209,7 @@ slurm_wait_state() {  # slurm_wait_state JOBID SECONDS STATE...: true once the j
 
 slurm_logs() {  # slurm_logs FILE...: the tails of the job's logs and of the daemons', after a failure
   local log
-  for log in "$@" "$SLURM_DIR/log/slurmctld.log" "$SLURM_DIR/log/slurmd.log"; do
+  for log in "$@" "$SLURM_DIR/log/slurmctld.log" "$SLURM_DIR"/log/slurmd-*.log; do
     [ -f "$log" ] || continue
     echo "  last 40 lines of $log:"
     tail -n 40 "$log" | sed 's/^/    | /'
