@@ -94,7 +94,7 @@ slurm_start() {
   # task binding. Each slurmd has its own port, pid, log and TmpFS (%n: the node name).
   local ctld_port cpus node_lines="" node
   ctld_port=$(free_port)
-  cpus=$(nproc)
+  cpus=$(getconf _NPROCESSORS_ONLN)  # not nproc: it counts OMP_NUM_THREADS, which the test environment may set
   for node in "${SLURM_NODES[@]}"; do
     node_lines+="NodeName=$node NodeHostname=$SLURM_HOST NodeAddr=127.0.0.1 Port=$(free_port) CPUs=$cpus State=UNKNOWN"$'\n'
   done
@@ -187,7 +187,8 @@ EOF
 
 slurm_submit() {  # slurm_submit SBATCH_ARGS...: prints the job id (sbatch --parsable); fails the test if sbatch does
   local out
-  out=$(sbatch --parsable "$@" 2>&1) || slurm_die "sbatch $* failed: $out" "$SLURM_DIR/log/slurmctld.log"
+  # Called in $(...): a failure is told on stderr, and the caller sees no id.
+  out=$(sbatch --parsable "$@" 2>&1) || { echo "FAILED: sbatch $*: $out" >&2; return 1; }
   echo "${out%%;*}"
 }
 
