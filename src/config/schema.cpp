@@ -202,7 +202,7 @@ SectionSpec cluster_section() {
   b.field("training_hosts", &ClusterSection::training_hosts,
           "placement = host_groups: host names (glob patterns, e.g. \"gpu-train-*\") of the training nodes; "
           "the processes there become the learners. A host's name is $MOERL_HOST_NAME where set (a "
-          "container's node name), else its hostname.");
+          "container's node name), else $SLURMD_NODENAME under Slurm, else its hostname.");
   b.field("inference_hosts", &ClusterSection::inference_hosts,
           "placement = host_groups: host name patterns of the inference nodes (actors, env workers, "
           "standby actors); empty = every host not in training_hosts.");

@@ -57,7 +57,8 @@ Group group_of(const config::ClusterSection& cluster, const std::string& host, i
 }  // namespace
 
 std::string placement_host_name() {
-  if (const char* name = std::getenv("MOERL_HOST_NAME"); name != nullptr && *name != '\0') return name;
+  for (const char* variable : {"MOERL_HOST_NAME", "SLURMD_NODENAME"})
+    if (const char* name = std::getenv(variable); name != nullptr && *name != '\0') return name;
   char name[kHostNameBytes] = {};
   gethostname(name, sizeof name - 1);
   return name;

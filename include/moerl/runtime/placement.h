@@ -33,7 +33,9 @@ class PlacementError : public Error {
 };
 
 // The name placement matches against: $MOERL_HOST_NAME where set (in a
-// container the hostname is the pod's, the node is elsewhere), else gethostname().
+// container the hostname is the pod's, the node is elsewhere), else Slurm's
+// node name ($SLURMD_NODENAME: the names a user writes in a hostlist), else
+// gethostname().
 std::string placement_host_name();
 
 // The job rank of each process (index: its rank in the launcher's order),

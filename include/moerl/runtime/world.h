@@ -38,7 +38,7 @@ class World {
 
   // The machine's hostname: fencing a lost rank by pid is only safe on it.
   const std::string& hostname() const { return hostname_; }
-  // The name [cluster] placement matched (placement.h: $MOERL_HOST_NAME, else the hostname).
+  // The name [cluster] placement matched (placement.h: $MOERL_HOST_NAME, $SLURMD_NODENAME or the hostname).
   const std::string& placement_host() const { return placement_host_; }
   int ranks_on_host() const { return ranks_on_host_; }
   // Compute threads for this rank: [cluster] threads_per_rank, or the
