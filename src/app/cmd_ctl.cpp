@@ -9,7 +9,6 @@
 // scheduler does when it takes a node back).
 
 #include <signal.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -21,6 +20,7 @@
 
 #include "commands.h"
 #include "moerl/core/json_value.h"
+#include "moerl/runtime/placement.h"
 
 namespace moerl::app {
 namespace {
@@ -55,12 +55,6 @@ std::optional<RankRecord> read_rank_record(const std::string& run_dir, int rank)
   }
 }
 
-std::string this_host() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 bool running(pid_t pid) { return kill(pid, 0) == 0; }
 
 // The process's command line has "moerl" in it: the record's pid was not reused by another program.
@@ -92,9 +86,9 @@ int run_ctl_release_env(const CtlOptions& options) {
                  options.rank, worker->role.c_str(), worker->role_index);
     return kUsageError;
   }
-  if (worker->host != this_host()) {
+  if (worker->host != runtime::machine_hostname()) {
     std::fprintf(stderr, "moerl ctl: %s runs on another host than this one (%s): run moerl ctl there, or send "
-                 "SIGTERM to pid %d on %s\n", who.c_str(), this_host().c_str(), static_cast<int>(worker->pid),
+                 "SIGTERM to pid %d on %s\n", who.c_str(), runtime::machine_hostname().c_str(), static_cast<int>(worker->pid),
                  worker->host.c_str());
     return kUsageError;
   }
@@ -115,7 +109,7 @@ int run_ctl_release_env(const CtlOptions& options) {
   }
   // Whether the job went on without it: learner 0 still runs (when it runs here).
   const std::optional<RankRecord> learner0 = read_rank_record(options.run_dir, 0);
-  if (learner0 && learner0->host == this_host() && !running(learner0->pid)) {
+  if (learner0 && learner0->host == runtime::machine_hostname() && !running(learner0->pid)) {
     std::fprintf(stderr, "moerl ctl: %s left, and the job ended too: it was not released (the last env worker, "
                  "or an MPI without fault tolerance; see the job's log)\n", who.c_str());
     return 1;

@@ -54,14 +54,29 @@ Group group_of(const config::ClusterSection& cluster, const std::string& host, i
   return training ? Group::Training : Group::Inference;
 }
 
+// Every process's placement host name, in the order of `parent` (collective).
+std::vector<std::string> gather_host_names(MPI_Comm parent, int size) {
+  char mine[kHostNameBytes] = {};
+  std::strncpy(mine, placement_host_name().c_str(), sizeof mine - 1);
+  std::vector<char> all(static_cast<size_t>(size) * kHostNameBytes);
+  MOERL_MPI_CHECK(MPI_Allgather(mine, kHostNameBytes, MPI_CHAR, all.data(), kHostNameBytes, MPI_CHAR, parent));
+  std::vector<std::string> host_of_rank;
+  for (int r = 0; r < size; ++r) host_of_rank.emplace_back(&all[static_cast<size_t>(r) * kHostNameBytes]);
+  return host_of_rank;
+}
+
 }  // namespace
+
+std::string machine_hostname() {
+  char name[kHostNameBytes] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
 
 std::string placement_host_name() {
   for (const char* variable : {"MOERL_HOST_NAME", "SLURMD_NODENAME"})
     if (const char* name = std::getenv(variable); name != nullptr && *name != '\0') return name;
-  char name[kHostNameBytes] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
+  return machine_hostname();
 }
 
 std::vector<int> plan_placement(const config::ClusterSection& cluster, const std::vector<std::string>& host_of_rank) {
@@ -106,22 +121,15 @@ PlacedWorld::PlacedWorld(const config::ClusterSection& cluster, MPI_Comm parent)
   int rank = 0, size = 0;
   MOERL_MPI_CHECK(MPI_Comm_rank(parent, &rank));
   MOERL_MPI_CHECK(MPI_Comm_size(parent, &size));
-  char mine[kHostNameBytes] = {};
-  std::strncpy(mine, placement_host_name().c_str(), sizeof mine - 1);
-  std::vector<char> all(static_cast<size_t>(size) * kHostNameBytes);
-  MOERL_MPI_CHECK(MPI_Allgather(mine, kHostNameBytes, MPI_CHAR, all.data(), kHostNameBytes, MPI_CHAR, parent));
-  std::vector<std::string> host_of_rank;
-  for (int r = 0; r < size; ++r) host_of_rank.emplace_back(&all[static_cast<size_t>(r) * kHostNameBytes]);
-
-  job_rank_of_ = plan_placement(cluster, host_of_rank);
-  job_rank_ = job_rank_of_[static_cast<size_t>(rank)];
-  hosts_by_job_rank_.resize(static_cast<size_t>(size));
-  for (int r = 0; r < size; ++r)
-    hosts_by_job_rank_[static_cast<size_t>(job_rank_of_[static_cast<size_t>(r)])] = host_of_rank[static_cast<size_t>(r)];
   if (cluster.placement == config::Placement::RankOrder) {
-    comm_ = parent;  // the launcher's order is the job's: no new communicator
+    // The launcher's order is the job's: no host names to gather, no new communicator.
+    job_rank_of_ = plan_placement(cluster, std::vector<std::string>(static_cast<size_t>(size)));
+    job_rank_ = rank;
+    comm_ = parent;
     return;
   }
+  job_rank_of_ = plan_placement(cluster, gather_host_names(parent, size));
+  job_rank_ = job_rank_of_[static_cast<size_t>(rank)];
   MOERL_MPI_CHECK(MPI_Comm_split(parent, 0, job_rank_, &comm_));
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   owned_ = true;

@@ -1,7 +1,5 @@
 #include "moerl/runtime/world.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <thread>
@@ -41,9 +39,7 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
   MOERL_MPI_CHECK(MPI_Comm_size(host_comm, &ranks_on_host_));
   MPI_Comm_free(&host_comm);
 
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  hostname_ = name;
+  hostname_ = machine_hostname();
   placement_host_ = placement_host_name();
   compute_threads_ = choose_compute_threads(config.cluster.threads_per_rank,
                                             std::getenv("MOERL_THREADS_PER_RANK"),

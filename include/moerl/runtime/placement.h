@@ -32,6 +32,9 @@ class PlacementError : public Error {
   std::string key_;
 };
 
+// gethostname(): the machine's own name (fencing a rank by pid is only safe on it).
+std::string machine_hostname();
+
 // The name placement matches against: $MOERL_HOST_NAME where set (in a
 // container the hostname is the pod's, the node is elsewhere), else Slurm's
 // node name ($SLURMD_NODENAME: the names a user writes in a hostlist), else
@@ -56,8 +59,6 @@ class PlacedWorld {
 
   MPI_Comm comm() const { return comm_; }
   int job_rank() const { return job_rank_; }
-  // The placement host name of each job rank (for the dry run's table and the rank records).
-  const std::vector<std::string>& hosts() const { return hosts_by_job_rank_; }
   // The job rank of each launcher rank: how a rank number from a
   // launcher-ordered communicator (the abort channel) is reported.
   const std::vector<int>& job_rank_of_launcher_rank() const { return job_rank_of_; }
@@ -67,7 +68,6 @@ class PlacedWorld {
   bool owned_ = false;
   int job_rank_ = 0;
   std::vector<int> job_rank_of_;
-  std::vector<std::string> hosts_by_job_rank_;
 };
 
 }  // namespace moerl::runtime
