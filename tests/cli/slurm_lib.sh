@@ -192,6 +192,23 @@ slurm_submit() {  # slurm_submit SBATCH_ARGS...: prints the job id (sbatch --par
   echo "${out%%;*}"
 }
 
+slurm_submit_moerl() {  # slurm_submit_moerl NAME SCRIPT [sbatch options]: the job id of scripts/slurm/SCRIPT
+  # on the tests' tiny config for $STEPS steps (moerl overrides: TINY, then
+  # $JOB_ARGS, then $EXTRA; environment: $ENVS, "VAR=value ..."); its run is
+  # $WORK/runs/NAME and its output $WORK/out/NAME-JOBID.out. More ranks than
+  # CPUs: --overcommit (one compute thread per rank: the scripts set it).
+  local name=$1 script=$2
+  shift 2
+  mkdir -p "$WORK/out"
+  (
+    export MOERL_ROOT="$SOURCE_DIR" MOERL_BIN="$MOERL" MOERL_RUN_ROOT="$WORK/runs" MOERL_RUN_NAME="$name" \
+      MOERL_INIT="$TINY_BASE" MOERL_SRUN_ARGS=--overcommit \
+      MOERL_ARGS="${TINY[*]} --set optim.total_steps=$STEPS ${JOB_ARGS:-} ${EXTRA:-}"
+    for kv in ${ENVS:-}; do export "${kv?}"; done
+    slurm_submit --job-name="$name" --chdir="$WORK" --output="$WORK/out/%x-%j.out" "$@" "$SOURCE_DIR/scripts/slurm/$script"
+  )
+}
+
 slurm_job_field() {  # slurm_job_field JOBID FIELD: one field of `scontrol show job` (the first component's for a hetjob)
   scontrol show job -o "$1" 2>/dev/null | head -n 1 | tr ' ' '\n' | sed -n "s/^$2=//p"
 }

@@ -11,19 +11,7 @@ source "$(dirname "$0")/slurm_lib.sh"
 slurm_start
 pretrain_tiny
 STEPS=3
-mkdir -p "$WORK/out"
 
-submit() {  # submit NAME SCRIPT [sbatch options]: the job id; the run is $WORK/runs/NAME
-  local name=$1 script=$2
-  shift 2
-  # More ranks than CPUs: --overcommit (one compute thread per rank: the scripts set it).
-  (
-    export MOERL_ROOT="$SOURCE_DIR" MOERL_BIN="$MOERL" MOERL_RUN_ROOT="$WORK/runs" MOERL_RUN_NAME="$name" \
-      MOERL_INIT="$TINY_BASE" MOERL_ARGS="${TINY[*]} --set optim.total_steps=$STEPS ${EXTRA:-}" MOERL_SRUN_ARGS=--overcommit
-    for kv in ${ENVS:-}; do export "${kv?}"; done
-    slurm_submit --job-name="$name" --chdir="$WORK" --output="$WORK/out/%x-%j.out" "$@" "$SOURCE_DIR/scripts/slurm/$script"
-  )
-}
 check_job() {  # check_job NAME JOBID LEARNERS ACTORS ENV_WORKERS
   local name=$1 job=$2 out="$WORK/out/$1-$2.out"
   [ -n "$job" ] || { fail "$name: not submitted"; return; }
@@ -55,12 +43,12 @@ print(run, "steps", summary["steps"], "roles", dict(roles))
 PY
 }
 
-single=$(submit single single_node.sbatch --ntasks=4 --overcommit)
+single=$(slurm_submit_moerl single single_node.sbatch --ntasks=4 --overcommit)
 # 2 + 2: with Slurm 22.05 and this Open MPI, a het step whose component has 3
 # tasks on a node while the other has 1 fails in MPI_Init (both 2 + 2 and 1 + 2 work).
 het=$(EXTRA="--set cluster.actors=1 --set cluster.env_workers=1" ENVS="MOERL_HOST_NAME_0=train-0 MOERL_HOST_NAME_1=infer-0" \
-  submit het hetjob.sbatch --ntasks=2 --overcommit : --ntasks=2 --overcommit)
-multi=$(ENVS="MOERL_LAUNCHER=srun" submit multi multi_node.sbatch --nodes=2 --ntasks-per-node=2 --overcommit)
+  slurm_submit_moerl het hetjob.sbatch --ntasks=2 --overcommit : --ntasks=2 --overcommit)
+multi=$(ENVS="MOERL_LAUNCHER=srun" slurm_submit_moerl multi multi_node.sbatch --nodes=2 --ntasks-per-node=2 --overcommit)
 echo "submitted: single $single, het $het, multi $multi"
 check_job single "$single" 1 2 1
 check_job het "$het" 2 1 1 train-0,infer-0

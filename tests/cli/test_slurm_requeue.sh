@@ -10,24 +10,13 @@ source "$(dirname "$0")/slurm_lib.sh"
 slurm_start
 pretrain_tiny
 STEPS=120
-mkdir -p "$WORK/out"
-
-submit() {  # submit NAME SCRIPT [sbatch options]: the job id; the run is $WORK/runs/NAME
-  local name=$1 script=$2
-  shift 2
-  (
-    # checkpoint.every_steps past the end: the only versions are the one at
-    # the stop and the final one, so the resume can come only from the stop's.
-    export MOERL_ROOT="$SOURCE_DIR" MOERL_BIN="$MOERL" MOERL_RUN_ROOT="$WORK/runs" MOERL_RUN_NAME="$name" \
-      MOERL_INIT="$TINY_BASE" MOERL_SRUN_ARGS=--overcommit \
-      MOERL_ARGS="${TINY[*]} --set optim.total_steps=$STEPS --set checkpoint.every_steps=100000 ${EXTRA:-}"
-    slurm_submit --job-name="$name" --chdir="$WORK" --output="$WORK/out/%x-%j.out" "$@" "$SOURCE_DIR/scripts/slurm/$script"
-  )
-}
+# checkpoint.every_steps past the end: the only versions are the one at the
+# stop and the final one, so the resume can come only from the stop's.
+JOB_ARGS="--set checkpoint.every_steps=100000"
 
 requeue_case() {  # requeue_case NAME SCRIPT [sbatch options]
   local name=$1 job out run="$WORK/runs/$1"
-  job=$(submit "$@")
+  job=$(slurm_submit_moerl "$@")
   [ -n "$job" ] || { fail "$name: not submitted"; return; }
   out="$WORK/out/$name-$job.out"
   local log0="$run/slurm/job-$job-attempt-0.log" log1="$run/slurm/job-$job-attempt-1.log"
@@ -78,7 +67,7 @@ EXTRA="--set cluster.actors=1 --set cluster.env_workers=1" \
   requeue_case het hetjob.sbatch --ntasks=2 --overcommit : --ntasks=2 --overcommit
 
 # scancel: TERM to every process of the job; the job ends CANCELLED and stays so.
-job=$(STEPS=100000 submit cancelled single_node.sbatch --ntasks=4 --overcommit)
+job=$(STEPS=100000 slurm_submit_moerl cancelled single_node.sbatch --ntasks=4 --overcommit)
 if [ -n "$job" ] && wait_for_line "$WORK/runs/cancelled/slurm/job-$job-attempt-0.log" "step 2/" 90; then
   scancel "$job"
   slurm_wait_state "$job" 60 CANCELLED || fail "cancelled: not CANCELLED after scancel"
