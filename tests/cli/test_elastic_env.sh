@@ -61,6 +61,14 @@ expect_contains not_env.txt "rank 1 is actor 0, not an env worker" "ctl names th
 "$MOERL" ctl release-env "$WORK/runs/ctl" 9 >no_rank.txt 2>&1
 expect_status 2 $? "ctl release-env on a rank the job does not have"
 expect_contains no_rank.txt "rank-9.json: no such rank record" "ctl names the missing record"
+# A rank on another host cannot be signalled from here: ctl says where it runs.
+mkdir -p "$WORK/runs/elsewhere/ranks"
+echo '{"rank": 3, "role": "env_worker", "role_index": 0, "host": "node-elsewhere", "pid": 4242}' \
+  >"$WORK/runs/elsewhere/ranks/rank-3.json"
+"$MOERL" ctl release-env "$WORK/runs/elsewhere" 3 >elsewhere.txt 2>&1
+expect_status 2 $? "ctl release-env on another host"
+expect_contains elsewhere.txt "runs on another host" "ctl refuses a rank on another host"
+expect_contains elsewhere.txt "send SIGTERM to pid 4242 on node-elsewhere" "ctl says where to signal it"
 
 # 3. A job-wide SIGTERM (as mpirun forwards it to every rank): a clean stop
 # with a checkpoint, and no release.
