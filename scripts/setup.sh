@@ -13,6 +13,8 @@ PACKAGES=(
   libpcre2-dev libicu-dev       # BPE tokenizer: split regexes, NFC
   python3-matplotlib           # learning-curve plots of moerl bench algos (scripts/plot_curves.py)
   slurm-wlm munge              # the Slurm tests (label slurm) start their own slurmctld/slurmd
+  libcpp-httplib-dev           # learner 0's Prometheus /metrics endpoint
+  prometheus                   # promtool for the alert-rule tests; the scrape test starts its own server
 )
 
 missing=()
