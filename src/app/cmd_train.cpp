@@ -227,7 +227,9 @@ int run_train(const TrainOptions& options) {
     const std::unique_ptr<runtime::PlacedWorld> placed = place_ranks(*config, mpi.world_rank(), mpi.world_size());
     if (!placed) return config::kConfigErrorExitStatus;
     role_label = runtime::role_name(runtime::RankLayout(config->cluster).assignment(placed->job_rank()).role);
-    return run_roles(*config, options, *placed);
+    const int status = run_roles(*config, options, *placed);
+    mpi.finalize_within(config->cluster.shutdown_timeout_s, status);
+    return status;
   } catch (const runtime::PeerLostError& error) {
     // A peer MPI reports dead that no failover covers (learner 0 above all):
     // a lost rank, which the launcher restarts from the last checkpoint.

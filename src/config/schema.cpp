@@ -338,6 +338,17 @@ SectionSpec telemetry_section() {
   b.field("metrics_interval_s", &TelemetrySection::metrics_interval_s,
           "How often every rank reports its metrics to learner 0.")
       .greater_than(0);
+  b.field("prometheus_port", &TelemetrySection::prometheus_port,
+          "Learner 0 serves every rank's metrics at http://<bind>:<port>/metrics for Prometheus; 0 = off.")
+      .between(0, 65535);
+  b.field("prometheus_bind", &TelemetrySection::prometheus_bind,
+          "Address the /metrics endpoint listens on (loopback by default; 0.0.0.0 for every interface).");
+  b.field("imbalance_warn_ratio", &TelemetrySection::imbalance_warn_ratio,
+          "Learner 0 logs a warning when an MoE layer's max/mean expert load in a step passes this.")
+      .greater_than(1);
+  b.field("env_p99_warn_s", &TelemetrySection::env_p99_warn_s,
+          "Learner 0 logs a warning when a family's environment step P99 passes this many seconds.")
+      .greater_than(0);
   return spec;
 }
 

@@ -375,7 +375,7 @@ void SessionHost::finish(Session& session, const std::shared_ptr<Attempt>& attem
       reply.info = attempt->step.info;
       session.over = reply.done;
       telemetry::metrics().add("env.steps." + family);
-      telemetry::metrics().record("env.step_latency_s", now_s() - attempt->started);
+      telemetry::metrics().record("env.step_latency_s." + family, now_s() - attempt->started);
       if (!attempt->native.empty()) reply.archive_path = archive_snapshot(session, attempt->native);
       break;
     case RequestKind::Snapshot: {

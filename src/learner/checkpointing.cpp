@@ -356,7 +356,13 @@ void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer
                  storage::fault_point_name(faults.point));
   }
   const double started = runtime::monotonic_seconds();
-  const std::uint64_t bytes = save_checkpoint(config_, policy, optimizer, state, faults, expected_latest_, value_head);
+  std::uint64_t bytes = 0;
+  try {
+    bytes = save_checkpoint(config_, policy, optimizer, state, faults, expected_latest_, value_head);
+  } catch (...) {
+    telemetry::metrics().add("checkpoint.failures");  // seen by a scrape before the job stops
+    throw;
+  }
   const double seconds = runtime::monotonic_seconds() - started;
   ++saves_;
   // When a rollback raced with this save, `latest` stayed where it was moved
@@ -365,6 +371,8 @@ void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer
   last_save_s_ = runtime::monotonic_seconds();
   telemetry::metrics().record("checkpoint.save_s", seconds);
   telemetry::metrics().add("checkpoint.bytes", static_cast<double>(bytes));
+  telemetry::metrics().set("checkpoint.last_version", static_cast<double>(state.version));
+  telemetry::metrics().set("checkpoint.last_success_time_s", telemetry::unix_time_seconds());
   spdlog::info("checkpoint version {} saved in {:.2f} s ({:.1f} MB, {:.2f} GB/s)", state.version, seconds,
                static_cast<double>(bytes) / 1e6, static_cast<double>(bytes) / 1e9 / std::max(seconds, 1e-9));
   if (archiver_) archive_after_save(state.version);
@@ -406,6 +414,7 @@ void CheckpointSchedule::collect_archive_results(bool wait) {
       // A copy that fails (a version retention already deleted, a full
       // disk) does not stop training; finish() reports them together.
       spdlog::warn("archive: {}", error.what());
+      telemetry::metrics().add("checkpoint.archive_failures");
       archive_errors_.push_back(error.what());
     }
     it = archive_jobs_.erase(it);

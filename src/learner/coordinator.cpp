@@ -25,12 +25,19 @@ Coordinator::Coordinator(const config::Config& config, const runtime::World& wor
       heartbeat_(heartbeat),
       tasks_(config, mailbox, learners, world.layout().ranks_of(runtime::Role::Actor)),
       watch_(config.cluster.message_timeout_s),
-      malformed_(world.layout(), config.cluster.malformed_message_limit, "learner 0") {}
+      malformed_(world.layout(), config.cluster.malformed_message_limit, "learner 0"),
+      metric_warnings_({config.telemetry.imbalance_warn_ratio, config.telemetry.env_p99_warn_s}) {}
 
 Coordinator::~Coordinator() { stop(); }
 
 void Coordinator::start() {
   if (thread_.joinable()) return;
+  if (config_.telemetry.prometheus_port > 0 && !metrics_server_) {
+    metrics_server_ = std::make_unique<telemetry::MetricsServer>(
+        config_.telemetry.prometheus_bind, static_cast<int>(config_.telemetry.prometheus_port),
+        [this] { return prometheus_page(); });
+    spdlog::info("metrics: Prometheus can scrape {}", metrics_server_->url());
+  }
   stopping_ = false;
   thread_ = std::thread([this] { loop(); });
 }
@@ -194,6 +201,7 @@ void Coordinator::record_restart(std::int64_t step, int restarts, const std::str
 }
 
 void Coordinator::note_restart(std::int64_t step, int restarts, const std::string& restart_cause) {
+  telemetry::metrics().set("job.restarts", restarts);
   // Steps logged past the checkpoint were done by the attempt that failed: they run again.
   const std::string metrics_path = config_.run_directory() + "/" + config_.telemetry.metrics_file;
   const std::int64_t dropped = telemetry::keep_lines_through_step(metrics_path, step);
@@ -252,6 +260,7 @@ void Coordinator::write_metrics_line(std::int64_t step) {
   if (!metrics_file_)
     metrics_file_ = std::make_unique<telemetry::JsonLinesFile>(config_.run_directory() + "/" + config_.telemetry.metrics_file);
   metrics_file_->append(aggregator_.json_line(step));
+  log_metric_warnings();
 }
 
 std::vector<std::int64_t> Coordinator::assigned_episodes() const {

@@ -107,7 +107,10 @@ void Coordinator::on_rank_lost(const runtime::LostRank& lost) {
   failure.step = step_;
   tasks_.record_rank_failure(failure);
 
-  if (released) released_.erase(release);
+  if (released) {
+    released_.erase(release);
+    gone_by_release_.insert(lost.rank);
+  }
   const std::string impossible = failover_impossible(lost);
   if (!impossible.empty()) {
     fail(lost.describe() + "; " + impossible + ": the job stops so that it can be restarted from its checkpoint",

@@ -453,6 +453,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
     stats.env_failures = static_cast<std::int64_t>(counts[4]);
     ++step_;
     ++version_;
+    record_step_metrics(step_, version_, stats.tokens, stats.by_family, stats.expert_load);
     check_learners_agree();
     const bool done = step_ >= config_.optim.total_steps;
     if (coordinator_) coordinator_->record_training_outcomes(stats.outcomes);

@@ -259,6 +259,8 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       const double counted = token_mask.sum().item<double>();
       if (counted == 0) continue;
       model::PolicyOutput out = policy_->forward(batch.inputs, batch.lengths, batch.forced_experts);
+      for (std::size_t layer = 0; layer < out.router_stats.size(); ++layer)
+        st.expert_load.add(layer, out.router_stats[layer].tokens_per_expert, out.router_stats[layer].dropped_tokens);
       algo::PolicyLossInputs inputs;
       inputs.logp_new = target_logprobs(out.logits, batch.targets);
       inputs.logp_behaviour = batch.behaviour_logprobs;

@@ -1,5 +1,7 @@
 #include "moerl/learner/task_coordinator.h"
 
+#include "moerl/learner/step_metrics.h"
+
 #include <spdlog/spdlog.h>
 
 #include <iomanip>
@@ -8,6 +10,7 @@
 #include "moerl/core/hash.h"
 #include "moerl/core/json_writer.h"
 #include "moerl/env/task_mix.h"
+#include "moerl/learner/step_metrics.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/telemetry/metrics.h"
 
@@ -174,7 +177,20 @@ void TaskCoordinator::record_evaluation(const rollout::Trajectory& episode) {
     score.successes += episode.success;
     score.reward += episode.reward;
   }
-  if (--eval_outstanding_ <= 0) phase_ = phase_ == Phase::EvalBefore ? Phase::Train : Phase::Done;
+  if (--eval_outstanding_ <= 0) {
+    publish_evaluation_metrics(phase_ == Phase::EvalBefore);
+    phase_ = phase_ == Phase::EvalBefore ? Phase::Train : Phase::Done;
+  }
+}
+
+void TaskCoordinator::publish_evaluation_metrics(bool before) const {
+  // Until a version is accepted as stable, the base's evaluation is the reference.
+  const std::string mode = config_.rollout.eval_temperature > 0 ? "sampled" : "greedy";
+  record_evaluation_metrics(before ? before_ : after_, mode, false);
+  if (before) record_evaluation_metrics(before_, mode, true);
+  if (!greedy_plays()) return;
+  record_evaluation_metrics(before ? before_greedy_ : after_greedy_, "greedy", false);
+  if (before) record_evaluation_metrics(before_greedy_, "greedy", true);
 }
 
 void TaskCoordinator::record_training_failure(const rollout::Trajectory& record) { record_failure(record); }
@@ -202,6 +218,9 @@ void TaskCoordinator::on_step(std::int64_t groups_consumed, std::int64_t groups_
   // learners one group short of their quota for ever).
   assigned_this_step_ = 0;
   step_version_ = policy_version;
+  const double now = runtime::monotonic_seconds();
+  for (const std::string& family : config_.env.families)
+    telemetry::metrics().set("learner.family_paused." + family, breaker_.is_paused(family, now) ? 1.0 : 0.0);
   cursor_group_ = next_group_;
   cursor_seed_ = next_seed_;
   if (training_done && phase_ == Phase::Train) {

@@ -406,6 +406,8 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
   const torch::Tensor tokens = torch::tensor(host, torch::kLong).view({B, width}).to(device);
   const torch::Tensor lens = torch::tensor(lengths, torch::kLong).to(device);
   const model::PolicyOutput out = policy_->forward_cached(tokens, lens, cache_, ids);
+  for (std::size_t layer = 0; layer < out.router_stats.size(); ++layer)
+    expert_load_.add(layer, out.router_stats[layer].tokens_per_expert, out.router_stats[layer].dropped_tokens);
 
   // Host copies: routing of every fed token, logits of the rows that sample.
   torch::Tensor routing;
@@ -467,6 +469,10 @@ std::vector<std::uint64_t> GenerationEngine::step() {
         sessions_.empty() ? 0.0 : static_cast<double>(rows.size()) / static_cast<double>(sessions_.size()));
   m.set("rollout.kv_bytes", static_cast<double>(cache_.used_bytes()));
   m.set("rollout.kv_bytes_allocated", static_cast<double>(cache_.memory_bytes()));
+  if (step_count_ % kExpertLoadEverySteps == 0 && !expert_load_.empty()) {
+    telemetry::record_expert_load(expert_load_);
+    expert_load_ = telemetry::ExpertLoad();
+  }
   m.record("rollout.step_latency_s",
            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return finished;

@@ -99,6 +99,16 @@ std::optional<Heartbeat> HeartbeatThread::last_heartbeat(int rank) const {
   return last ? std::optional<Heartbeat>(*last) : std::nullopt;
 }
 
+std::vector<HeartbeatThread::RankAge> HeartbeatThread::rank_ages() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<RankAge> ages;
+  if (!health_) return ages;
+  const double now = monotonic_seconds();
+  for (int rank = 1; rank < layout_.world_size(); ++rank)
+    ages.push_back({rank, layout_.assignment(rank).role, now - health_->last_heard(rank), health_->is_lost(rank)});
+  return ages;
+}
+
 void HeartbeatThread::run() {
   // Short ticks: a JobAbort or a silent rank is acted on within 20 ms of its deadline.
   while (!stop_) {

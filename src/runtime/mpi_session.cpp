@@ -1,9 +1,15 @@
 #include "moerl/runtime/mpi_session.h"
 
 #include <mpi.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 
 #include "moerl/core/error.h"
 #include "moerl/runtime/job_control.h"
+#include "moerl/runtime/logging.h"
 
 namespace moerl::runtime {
 
@@ -42,6 +48,24 @@ MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  set_abort_channel(MPI_COMM_NULL);
+  MPI_Comm_free(&abort_channel_);
+  MPI_Finalize();
+}
+
+void MpiSession::finalize_within(double deadline_s, int status) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  const int rank = rank_;
+  std::thread([deadline_s, status, rank] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(deadline_s));
+    spdlog::error("rank {}: MPI_Finalize did not return within {:.0f} s ([cluster] shutdown_timeout_s); ending with "
+                  "status {} without it",
+                  rank, deadline_s, status);
+    flush_logs();
+    std::_Exit(status);
+  }).detach();
   set_abort_channel(MPI_COMM_NULL);
   MPI_Comm_free(&abort_channel_);
   MPI_Finalize();

@@ -43,6 +43,21 @@ void Histogram::merge(const Histogram& other) {
   for (const auto& [bucket, n] : other.buckets_) buckets_[bucket] += n;
 }
 
+Histogram Histogram::since(const Histogram& earlier) const {
+  Histogram h;
+  for (const auto& [bucket, n] : buckets_) {
+    const auto it = earlier.buckets_.find(bucket);
+    const std::uint64_t before = it == earlier.buckets_.end() ? 0 : std::min(it->second, n);
+    if (n > before) h.buckets_[bucket] = n - before;
+    h.count_ += n - before;
+  }
+  if (h.count_ == 0) return Histogram();
+  h.sum_ = sum_ - earlier.sum_;
+  h.min_ = min_;
+  h.max_ = max_;
+  return h;
+}
+
 double Histogram::quantile(double q) const {
   if (count_ == 0) return 0.0;
   // The extremes are known exactly; only interior quantiles are estimated.

@@ -1,5 +1,7 @@
 #include "moerl/telemetry/metrics_report.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "moerl/core/json_value.h"
@@ -214,6 +216,14 @@ MetricsReporter::MetricsReporter(runtime::Mailbox& mailbox, double interval_s, i
   next_at_ = runtime::monotonic_seconds() + interval_s_;
 }
 
+void record_resident_memory() {
+  // /proc/self/statm: total and resident size, in pages.
+  std::ifstream statm("/proc/self/statm");
+  double total_pages = 0, resident_pages = 0;
+  if (statm >> total_pages >> resident_pages)
+    metrics().set("process.resident_bytes", resident_pages * static_cast<double>(sysconf(_SC_PAGESIZE)));
+}
+
 void MetricsReporter::maybe_send() {
   if (runtime::monotonic_seconds() < next_at_) return;
   send_now();
@@ -221,6 +231,7 @@ void MetricsReporter::maybe_send() {
 
 void MetricsReporter::send_now() {
   next_at_ = runtime::monotonic_seconds() + interval_s_;
+  record_resident_memory();
   if (mailbox_.rank() == coordinator_) return;
   mailbox_.send(coordinator_, MetricsReport{metrics().snapshot()});
 }

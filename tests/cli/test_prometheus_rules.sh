@@ -16,7 +16,7 @@ DOC="$SOURCE_DIR/docs/observability.md"
 # The alerts the rules must define (docs/observability.md#alerts describes each).
 ALERTS=(MoerlExpertImbalance MoerlHeartbeatLost MoerlRankLost MoerlActorBehind MoerlEnvStepP99High
         MoerlStalenessHigh MoerlDroppedGroupsHigh MoerlEvalRegressed MoerlCheckpointFailing
-        MoerlCheckpointStale MoerlThroughputCollapse)
+        MoerlCheckpointStale MoerlThroughputCollapse MoerlEndpointDown)
 
 PROMTOOL=$(command -v promtool)
 if [ -z "$PROMTOOL" ]; then
@@ -263,6 +263,7 @@ must_fail looser_throughput MoerlThroughputCollapse 's/< 0.2 \* rate/< 0.35 * ra
 # ... and a stricter one misses the firing case.
 must_fail stricter_heartbeat MoerlHeartbeatLost '/alert: MoerlHeartbeatLost/,/for:/ s/for: 1m/for: 3m/'
 must_fail stricter_throughput MoerlThroughputCollapse 's/< 0.2 \* rate/< 0.05 * rate/'
+must_fail looser_endpoint MoerlEndpointDown 's/for: 2m/for: 0m/'
 
 # A missing case and a missing alert are caught.
 mkdir uncovered && cp good/* uncovered/

@@ -117,6 +117,10 @@ struct TelemetrySection {
   bool per_rank_log_files = false;       // also write <run dir>/logs/rank-N.log
   std::string metrics_file = "metrics.jsonl";  // JSON lines, one per step, in the run dir
   double metrics_interval_s = 5.0;       // how often ranks report metrics to learner 0
+  std::int64_t prometheus_port = 0;      // learner 0 serves /metrics here; 0 = off
+  std::string prometheus_bind = "127.0.0.1";  // the address it listens on
+  double imbalance_warn_ratio = 2.0;     // log a warning when a layer's max/mean expert load passes this
+  double env_p99_warn_s = 0.5;           // ... or when a family's environment step P99 passes this
 };
 
 enum class Shaping { Sparse, Shaped };

@@ -38,6 +38,8 @@
 #include "moerl/learner/task_coordinator.h"
 #include "moerl/runtime/failover_messages.h"
 #include "moerl/runtime/heartbeat.h"
+#include "moerl/telemetry/metric_warnings.h"
+#include "moerl/telemetry/metrics_server.h"
 #include "moerl/runtime/malformed_messages.h"
 #include "moerl/runtime/world.h"
 #include "moerl/telemetry/metrics_report.h"
@@ -60,7 +62,7 @@ class Coordinator {
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
-  void start();  // the service thread starts
+  void start();  // the service thread starts (and the /metrics endpoint, with [telemetry] prometheus_port)
   void stop();   // and ends (joined); safe to call twice
 
   // A resumed run: the data cursor, the version new groups need, the books.
@@ -131,6 +133,10 @@ class Coordinator {
   void take_release_requests(double now);
   void decide_releases(double now);
   std::string release_refusal(int rank) const;
+  // The Prometheus page (coordinator_metrics.cpp): every rank's latest
+  // metrics, learner 0's own as of now, and the heartbeat age of every rank.
+  std::string prometheus_page() const;
+  void log_metric_warnings();  // mutex_ held
 
   const config::Config& config_;
   const runtime::World& world_;
@@ -157,9 +163,13 @@ class Coordinator {
   std::map<int, PendingRelease> releases_pending_;  // env workers that asked to leave, by rank
   std::map<int, std::string> released_;              // granted, not yet seen gone: rank -> reason
   std::map<std::uint64_t, rollout::TaskGroup> cancelling_;  // training groups of lost actors, asked to cancel
+  std::set<int> gone_by_release_;  // released env workers, seen gone (no heartbeat to watch)
+  telemetry::MetricWarnings metric_warnings_;
   std::atomic<bool> sync_broken_{false};
   std::atomic<bool> stopping_{false};
   std::thread thread_;
+  // Last: it calls prometheus_page(), so it goes first.
+  std::unique_ptr<telemetry::MetricsServer> metrics_server_;
 };
 
 }  // namespace moerl::learner

@@ -37,6 +37,7 @@
 #include "moerl/learner/coordinator.h"
 #include "moerl/learner/episode_inbox.h"
 #include "moerl/learner/episode_receiver.h"
+#include "moerl/learner/step_metrics.h"
 #include "moerl/learner/value_head.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/trajectory.h"
@@ -78,6 +79,7 @@ struct StepStats {
   // explained_variance.
   double group_explained_variance = 0;
   double router_disagreement = -1;   // measured every [algo] routing_check_interval steps; -1 = not this step
+  telemetry::ExpertLoad expert_load;  // over the step's micro-batches (the routing trained on)
   double update_s = 0;
   double sync_s = 0;
   bool updated = false;               // false when every group was filtered out

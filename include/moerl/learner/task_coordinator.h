@@ -125,6 +125,8 @@ class TaskCoordinator {
   // Evaluation plays each held-out seed once more at temperature 0 (the
   // sampled evaluation is not greedy itself and rollout.eval_greedy is set).
   bool greedy_plays() const;
+  // eval.* gauges of the evaluation just finished (and the reference ones after the first).
+  void publish_evaluation_metrics(bool before) const;
   std::int64_t train_groups_allowed() const;
 
   const config::Config& config_;

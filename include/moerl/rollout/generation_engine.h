@@ -90,6 +90,7 @@
 #include "moerl/model/kv_cache.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/sampling.h"
+#include "moerl/telemetry/expert_load.h"
 
 namespace moerl::rollout {
 
@@ -260,6 +261,11 @@ class GenerationEngine {
   std::int64_t vocab_ = 0;
   std::int64_t policy_version_ = 0;
   std::int64_t step_count_ = 0;
+  // Expert load of the forwards since it was last recorded (every
+  // kExpertLoadEverySteps engine steps: one gauge per expert and layer is
+  // too many to set on every decode step of a large model).
+  telemetry::ExpertLoad expert_load_;
+  static constexpr std::int64_t kExpertLoadEverySteps = 64;
   std::int64_t admit_counter_ = 0;
   std::map<std::uint64_t, Session> sessions_;   // ordered: deterministic iteration
   std::vector<std::uint64_t> finished_early_;  // turns finished outside step() (start_turn)

@@ -76,6 +76,15 @@ class HeartbeatThread {
   std::vector<LostRank> take_lost();
   // Learner 0: the latest heartbeat of `rank` (its identity, load), if any.
   std::optional<Heartbeat> last_heartbeat(int rank) const;
+  // Learner 0: every other rank, how long since it last beat (since the
+  // start if never) and whether it was declared lost. Empty elsewhere.
+  struct RankAge {
+    int rank = -1;
+    Role role = Role::Actor;
+    double silent_s = 0;
+    bool lost = false;
+  };
+  std::vector<RankAge> rank_ages() const;
 
  private:
   void run();

@@ -20,6 +20,15 @@ class MpiSession {
   int world_size() const { return size_; }
   int provided_thread_level() const { return provided_; }
 
+  // MPI_Finalize with a deadline, for the end of a job that may have lost
+  // ranks. Open MPI 5's ULFM can keep the survivors inside MPI_Finalize for
+  // ever after a rank was SIGKILLed, although MPI had reported it dead
+  // (seen under load in cli.failover: every survivor spinning in
+  // ompi_mpi_finalize). Past `deadline_s` this process ends itself with
+  // `status`, after logging why; under ULFM mpirun accepts a rank that ends
+  // without MPI_Finalize. The destructor then has nothing left to do.
+  void finalize_within(double deadline_s, int status);
+
  private:
   int rank_ = 0;
   int size_ = 1;

@@ -19,6 +19,10 @@ class Histogram {
   double min() const { return count_ ? min_ : 0.0; }
   double max() const { return count_ ? max_ : 0.0; }
   double mean() const { return count_ ? sum_ / static_cast<double>(count_) : 0.0; }
+  // The values recorded after `earlier`, a copy of this histogram taken
+  // before (bucket counts and sum subtracted; min and max stay this one's,
+  // so quantiles of the difference are clamped to the whole range).
+  Histogram since(const Histogram& earlier) const;
   // q in [0, 1]; 0 for an empty histogram. Clamped to [min, max].
   double quantile(double q) const;
 

@@ -66,6 +66,9 @@ class Mailbox;
 
 namespace moerl::telemetry {
 
+// The gauge process.resident_bytes: this process's resident memory now.
+void record_resident_memory();
+
 // Sends this rank's metrics snapshot to learner 0 every [telemetry]
 // metrics_interval_s; role loops call maybe_send() between units of work.
 class MetricsReporter {
