@@ -3,7 +3,8 @@
 # machine: pretrain a base on scripted-expert demonstrations, run RL with
 # learners, actors and env workers (scripts/launch.sh: the fault-tolerant MPI
 # that setup installed, restarts on a lost rank), and print the before/after
-# evaluation on held-out seeds (also <run dir>/summary.json).
+# evaluation on held-out seeds (also <run dir>/summary.json), and write the
+# report with plots (<run dir>/report/index.html, moerl report).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -23,3 +24,9 @@ echo "== 2/2 RL post-training: scripts/launch.sh -n $RANKS train (learners, acto
 export OMP_NUM_THREADS=1 MOERL_THREADS_PER_RANK=1
 scripts/launch.sh -n "$RANKS" train --config "$CONFIG" "$@" --init "$RUN_DIR/base.pt"
 echo "quickstart: done in $(( $(date +%s) - start )) s; results in $RUN_DIR (summary.json, metrics)"
+# The page with the plots and the before/after table (moerl report also works mid-run).
+if build/moerl report "$RUN_DIR"; then
+  echo "quickstart: the report is $(cd "$RUN_DIR" && pwd)/report/index.html (open it in a browser)"
+else
+  echo "quickstart: no report (see above); the results are in $RUN_DIR" >&2
+fi

@@ -15,6 +15,7 @@ PACKAGES=(
   slurm-wlm munge              # the Slurm tests (label slurm) start their own slurmctld/slurmd
   libcpp-httplib-dev           # learner 0's Prometheus /metrics endpoint
   prometheus                   # promtool for the alert-rule tests; the scrape test starts its own server
+  chromium                     # headless browser: cli.report checks that moerl report's page renders
 )
 
 missing=()

@@ -70,7 +70,13 @@ struct CtlOptions {
   double timeout_s = 60;  // how long to wait for the rank to leave
 };
 
+struct ReportOptions {
+  std::string run_dir;  // the run directory (holds metrics.jsonl)
+  std::string out_dir;  // --out: default <run_dir>/report
+};
+
 int run_train(const TrainOptions& options);
+int run_report(const ReportOptions& options);
 int run_ctl_release_env(const CtlOptions& options);
 int run_eval(const EvalOptions& options);
 int run_env_play(const EnvPlayOptions& options);

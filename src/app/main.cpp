@@ -136,6 +136,14 @@ int main(int argc, char** argv) {
   release_cmd->add_option("rank", ctl.rank, "The env worker's rank")->required();
   release_cmd->add_option("--timeout", ctl.timeout_s, "Seconds to wait for it to leave (default 60)");
 
+  moerl::app::ReportOptions report;
+  auto* report_cmd = app.add_subcommand(
+      "report",
+      "Write RUN_DIR/report/index.html with PNG plots of a run (learning curves, throughput, staleness, weight "
+      "sync, env latency, expert load, failures, memory) and the before/after table; also while the job runs");
+  report_cmd->add_option("run_dir", report.run_dir, "The run directory (holds metrics.jsonl)")->required();
+  report_cmd->add_option("--out", report.out_dir, "Write the report here instead (default RUN_DIR/report)");
+
   CLI11_PARSE(app, argc, argv);
 
   if (*train_cmd) return moerl::app::run_train(train);
@@ -156,5 +164,6 @@ int main(int argc, char** argv) {
   if (*checkpoint_cmd) return moerl::app::run_checkpoint(checkpoint);
   if (*pretrain_cmd) return moerl::app::run_pretrain(pretrain);
   if (*release_cmd) return moerl::app::run_ctl_release_env(ctl);
+  if (*report_cmd) return moerl::app::run_report(report);
   return 1;
 }
