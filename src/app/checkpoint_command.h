@@ -39,7 +39,17 @@ struct CheckpointOptions {
   std::string config_path;  // import-hf --config: a run config with an hf: model source
   std::string other;        // diff: the second DIR[:VERSION|TAG] (dir is the first)
   std::vector<std::string> ignore;  // diff --ignore: attribute names or array-name prefixes not compared
+  // accept RUN_DIR VERSION (dir is the run directory there)
+  std::string checkpoints;        // --checkpoints DIR: the store, when not RUN_DIR/checkpoints
+  double max_env_p99_s = 0.5;     // --max-env-p99-s
+  double max_imbalance = 2.0;     // --max-imbalance
 };
+
+// `moerl checkpoint accept RUN_DIR VERSION` (cmd_checkpoint_accept.cpp): the
+// pre-release checks of one version; on success it is tagged `stable`.
+// Exit status 0 accepted, 1 a check failed, 2 usage errors.
+int run_accept(const CheckpointOptions& options);
+void add_accept_subcommand(CLI::App& checkpoint_cmd, CheckpointOptions& options);
 
 // Exit status: 0 success; 1 a checkpoint is invalid (verify) or an operation
 // was refused (rollback to a corrupt version); 2 usage errors (unknown

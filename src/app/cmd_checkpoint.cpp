@@ -321,6 +321,7 @@ int run_write_sample(const CheckpointOptions& options) {
 
 int run_checkpoint(const CheckpointOptions& options) {
   try {
+    if (options.action == "accept") return run_accept(options);
     CheckpointStore store(options.dir);
     if (options.action == "write-sample") return run_write_sample(options);
     if (options.action == "import-hf") return run_import_hf(store, options);
@@ -399,6 +400,7 @@ void add_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& opt
   sample->add_flag("--no-latest", options.no_latest, "Do not move latest");
   sample->group("");  // hidden from --help
   add_hf_checkpoint_subcommands(checkpoint_cmd, options);
+  add_accept_subcommand(checkpoint_cmd, options);
 }
 
 }  // namespace moerl::app

@@ -278,6 +278,14 @@ class Loader {
         require((m.d_model / m.num_heads) % 2 == 0, "model.d_model",
                 "d_model / num_heads (the head size) must be even for rotary embeddings");
     }
+    const std::int64_t eval_every = config_.eval.every_steps, save_every = config_.checkpoint.every_steps;
+    if (eval_every > 0 && save_every > 0)
+      require(eval_every % save_every == 0, "eval.every_steps",
+              "must be a multiple of checkpoint.every_steps (" + std::to_string(save_every) +
+                  ") so that every evaluated version has a checkpoint to accept or return to, got " +
+                  std::to_string(eval_every));
+    if (config_.eval.auto_rollback)
+      require(eval_every > 0, "eval.auto_rollback", "needs eval.every_steps > 0 (the evaluations it watches)");
     for (const std::string& family : config_.env.families) {
       const auto& known = env_family_names();
       const bool ok = family == "external" || std::find(known.begin(), known.end(), family) != known.end();

@@ -499,6 +499,25 @@ SectionSpec checkpoint_section() {
   return spec;
 }
 
+SectionSpec eval_section() {
+  SectionSpec spec{"eval", "Held-out evaluation during training, acceptance of a version, automatic rollback.", {}, {}, {}};
+  SectionBuilder<EvalSection> b(spec, &Config::eval);
+  b.field("every_steps", &EvalSection::every_steps,
+          "Evaluate the policy on the held-out seeds every N learner steps while training (a multiple of "
+          "checkpoint.every_steps, so each evaluated version has a checkpoint); 0 = only before and after.")
+      .at_least(0);
+  b.field("episodes", &EvalSection::episodes,
+          "Held-out episodes per family in each of those evaluations; 0 = rollout.eval_episodes.")
+      .at_least(0);
+  b.field("auto_rollback", &EvalSection::auto_rollback,
+          "Return the running job to the checkpoint tagged `stable` when rollback_after evaluations in a row "
+          "fall below it beyond their 95% interval.");
+  b.field("rollback_after", &EvalSection::rollback_after,
+          "Consecutive regressed evaluations before auto_rollback acts.")
+      .at_least(1);
+  return spec;
+}
+
 SectionSpec pretrain_section() {
   SectionSpec spec{"pretrain", "Supervised warm-up of the base policy on scripted-expert demonstrations.", {}, {}, {}};
   SectionBuilder<PretrainSection> b(spec, &Config::pretrain);
@@ -663,6 +682,7 @@ const std::vector<SectionSpec>& all_sections() {
       optim_section(),
       sync_section(),
       checkpoint_section(),
+      eval_section(),
       pretrain_section(),
       env_section(),
       env_family_section("arithmetic"),

@@ -256,6 +256,7 @@ void Coordinator::finish_actors() {
 
 void Coordinator::write_metrics_line(std::int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
+  telemetry::record_resident_memory();  // learner 0 sends no report of its own
   aggregator_.update(telemetry::metrics().snapshot());
   if (!metrics_file_)
     metrics_file_ = std::make_unique<telemetry::JsonLinesFile>(config_.run_directory() + "/" + config_.telemetry.metrics_file);
@@ -281,6 +282,16 @@ std::uint64_t Coordinator::next_seed() const {
 std::string Coordinator::books_json() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return tasks_.books_json();
+}
+
+std::optional<EvaluationRecord> Coordinator::take_periodic_evaluation() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.take_periodic_evaluation();
+}
+
+EvaluationRecord Coordinator::base_evaluation() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.base_evaluation();
 }
 
 std::string Coordinator::evaluation_table() const {

@@ -71,7 +71,10 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
     publisher_ = std::make_unique<sync::WeightPublisher>(*sync_comm, sync::module_weight_views(*policy_),
                                                          sync::sync_options(config.sync, config.cluster.message_timeout_s));
   }
-  if (world.is_coordinator()) checkpoints_ = std::make_unique<CheckpointSchedule>(config);
+  if (world.is_coordinator()) {
+    checkpoints_ = std::make_unique<CheckpointSchedule>(config);
+    evaluations_ = std::make_unique<EvaluationWatch>(config);
+  }
   if (!world.is_coordinator()) receiver_ = std::make_unique<EpisodeReceiver>(config, world, mailbox, inbox_);
   rng_states_.assign(static_cast<size_t>(learners_), {});
   if (!resume.empty()) {
@@ -463,6 +466,8 @@ void Learner::run(runtime::StopCoordinator& stop) {
     if (step_ % config_.sync.interval == 0 || done) publish_weights();
     report(stats, now_s() - training_started, first_step);
     if (coordinator_) coordinator_->write_metrics_line(step_);
+    // Before checkpoint_step: an automatic rollback is then taken at this step.
+    if (evaluations_) evaluations_->after_step(*coordinator_, coordinator_->phase() != TaskCoordinator::Phase::EvalBefore);
     last_reward = stats.reward_mean;
     checkpoint_step(done, last_reward);
     if (step_observer_) step_observer_(stats);

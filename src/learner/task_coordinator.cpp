@@ -26,7 +26,8 @@ TaskCoordinator::TaskCoordinator(const config::Config& config, runtime::Mailbox&
                                  std::vector<int> actor_ranks)
     : config_(config), mailbox_(mailbox), learners_(learners), actors_(std::move(actor_ranks)),
       assigned_episodes_(static_cast<size_t>(learners), 0),
-      breaker_(config.env.breaker_failures, config.env.breaker_cooldown_s), curriculum_(config) {
+      breaker_(config.env.breaker_failures, config.env.breaker_cooldown_s), curriculum_(config),
+      periodic_(config.eval.every_steps, config.rollout.eval_temperature) {
   next_seed_ = static_cast<std::uint64_t>(config.run.seed) * 1000003ull;
   start_evaluation(0);
 }
@@ -35,24 +36,30 @@ bool TaskCoordinator::greedy_plays() const {
   return config_.rollout.eval_greedy && config_.rollout.eval_temperature > 0;
 }
 
-void TaskCoordinator::start_evaluation(std::int64_t min_version) {
-  eval_queue_.clear();
+std::vector<rollout::TaskGroup> TaskCoordinator::evaluation_groups(std::int64_t min_version, std::int64_t per_family) {
+  std::vector<rollout::TaskGroup> groups;
   for (const std::string& family : config_.env.families) {
-    for (std::int64_t i = 0; i < config_.rollout.eval_episodes; ++i) {
+    for (std::int64_t i = 0; i < per_family; ++i) {
       rollout::TaskGroup g;
       g.group_id = next_group_++;
       g.task = env::make_task(config_, family, kEvalSeedBase + static_cast<std::uint64_t>(i) * 7919 + std::hash<std::string>{}(family) % 1000);
       g.size = 1;
       g.evaluation = true;
       g.min_version = min_version;
-      eval_queue_.push_back(g);
+      groups.push_back(g);
       if (!greedy_plays()) continue;
       g.group_id = next_group_++;
       g.greedy = true;
       greedy_groups_.insert(g.group_id);
-      eval_queue_.push_back(g);
+      groups.push_back(g);
     }
   }
+  return groups;
+}
+
+void TaskCoordinator::start_evaluation(std::int64_t min_version) {
+  eval_queue_.clear();
+  for (const rollout::TaskGroup& g : evaluation_groups(min_version, config_.rollout.eval_episodes)) eval_queue_.push_back(g);
   eval_outstanding_ = static_cast<int>(eval_queue_.size());
   if (eval_outstanding_ == 0) phase_ = phase_ == Phase::EvalBefore ? Phase::Train : Phase::Done;
 }
@@ -84,6 +91,12 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
     return groups;
   }
   if (phase_ != Phase::Train) return groups;
+  // A periodic evaluation's groups (the only ones queued while training) go first.
+  while (!eval_queue_.empty() && free_slots >= 1) {
+    groups.push_back(eval_queue_.front());
+    eval_queue_.pop_front();
+    --free_slots;
+  }
   const int group_size = static_cast<int>(config_.rollout.group_size);
   std::int64_t allowed = train_groups_allowed();
   const std::set<std::string> paused = breaker_.paused(runtime::monotonic_seconds());
@@ -166,6 +179,11 @@ void TaskCoordinator::add_actor(int rank) {
 void TaskCoordinator::record_evaluation(const rollout::Trajectory& episode) {
   // An evaluation group runs again when its actor was lost; a late result of it counts once.
   if (!recorded_evaluations_.insert(episode.group_id).second) return;
+  if (periodic_.owns(episode.group_id)) {
+    if (episode.failed()) record_failure(episode);
+    periodic_.record(episode);
+    return;
+  }
   const bool greedy = greedy_groups_.count(episode.group_id) > 0;
   ScoreTable& table = phase_ == Phase::EvalBefore ? (greedy ? before_greedy_ : before_) : (greedy ? after_greedy_ : after_);
   FamilyScore& score = table[episode.task.family];
@@ -181,6 +199,23 @@ void TaskCoordinator::record_evaluation(const rollout::Trajectory& episode) {
     publish_evaluation_metrics(phase_ == Phase::EvalBefore);
     phase_ = phase_ == Phase::EvalBefore ? Phase::Train : Phase::Done;
   }
+}
+
+std::optional<EvaluationRecord> TaskCoordinator::take_periodic_evaluation() {
+  std::optional<EvaluationRecord> record = periodic_.take_finished();
+  if (!record) return record;
+  const std::string mode = config_.rollout.eval_temperature > 0 ? "sampled" : "greedy";
+  record_evaluation_metrics(record->sampled, mode, false);
+  if (!record->greedy.empty()) record_evaluation_metrics(record->greedy, "greedy", false);
+  return record;
+}
+
+EvaluationRecord TaskCoordinator::base_evaluation() const {
+  EvaluationRecord base;
+  base.temperature = config_.rollout.eval_temperature;
+  base.sampled = before_;
+  if (greedy_plays()) base.greedy = before_greedy_;
+  return base;
 }
 
 void TaskCoordinator::publish_evaluation_metrics(bool before) const {
@@ -221,9 +256,17 @@ void TaskCoordinator::on_step(std::int64_t groups_consumed, std::int64_t groups_
   const double now = runtime::monotonic_seconds();
   for (const std::string& family : config_.env.families)
     telemetry::metrics().set("learner.family_paused." + family, breaker_.is_paused(family, now) ? 1.0 : 0.0);
+  // Before the cursor: a resumed run then draws the same training groups as one that was not interrupted.
+  if (phase_ == Phase::Train && periodic_.due(policy_version, training_done)) {
+    const std::int64_t per_family = config_.eval.episodes > 0 ? config_.eval.episodes : config_.rollout.eval_episodes;
+    const std::vector<rollout::TaskGroup> groups = evaluation_groups(policy_version, per_family);
+    periodic_.begin(policy_version, groups, greedy_groups_);
+    for (const rollout::TaskGroup& g : groups) eval_queue_.push_back(g);
+  }
   cursor_group_ = next_group_;
   cursor_seed_ = next_seed_;
   if (training_done && phase_ == Phase::Train) {
+    periodic_.abandon();
     phase_ = Phase::EvalAfter;
     start_evaluation(policy_version);
   }
@@ -348,7 +391,7 @@ std::vector<RankFailure> read_rank_failures(const JsonValue& value) {
     f.sessions_migrated = static_cast<int>(entry.at("sessions_migrated").as_number());
     f.episodes_restarted = static_cast<int>(entry.at("episodes_restarted").as_number());
     f.step = static_cast<std::int64_t>(entry.at("step").as_number());
-    if (const JsonValue* lost = entry.find("steps_lost")) f.steps_lost = static_cast<std::int64_t>(lost->as_number());
+    if (const std::optional<JsonValue> lost = entry.find("steps_lost")) f.steps_lost = static_cast<std::int64_t>(lost->as_number());
     failures.push_back(std::move(f));
   }
   return failures;
@@ -375,10 +418,10 @@ std::string TaskCoordinator::books_json() const {
 void TaskCoordinator::restore_books(const std::string& text) {
   const JsonValue books = JsonValue::parse(text);
   before_ = read_scores(books.at("before"));
-  if (const JsonValue* greedy = books.find("before_greedy")) before_greedy_ = read_scores(*greedy);
-  if (const JsonValue* curriculum = books.find("curriculum")) curriculum_.restore(*curriculum);
+  if (const std::optional<JsonValue> greedy = books.find("before_greedy")) before_greedy_ = read_scores(*greedy);
+  if (const std::optional<JsonValue> curriculum = books.find("curriculum")) curriculum_.restore(*curriculum);
   failures_ = FailureTally::from_json(books.at("env_failures"));
-  if (const JsonValue* ranks = books.find("rank_failures")) rank_failures_ = read_rank_failures(*ranks);
+  if (const std::optional<JsonValue> ranks = books.find("rank_failures")) rank_failures_ = read_rank_failures(*ranks);
 }
 
 std::string TaskCoordinator::summary_json(std::int64_t steps, double wall_s, int restarts) const {

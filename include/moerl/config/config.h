@@ -31,6 +31,7 @@ struct Config {
   SyncSection sync;
   PretrainSection pretrain;
   CheckpointSection checkpoint;
+  EvalSection eval;
   EnvSection env;
   std::map<std::string, EnvFamilySection> env_families;  // one per built-in family and "external"
   ExternalEnvSection env_external;

@@ -123,6 +123,14 @@ struct TelemetrySection {
   double env_p99_warn_s = 0.5;           // ... or when a family's environment step P99 passes this
 };
 
+// [eval]: held-out evaluation during training, acceptance and rollback.
+struct EvalSection {
+  std::int64_t every_steps = 0;          // evaluate every N learner steps during training; 0 = off
+  std::int64_t episodes = 0;             // held-out episodes per family in those; 0 = rollout.eval_episodes
+  bool auto_rollback = false;            // return to the `stable` checkpoint after rollback_after regressions
+  std::int64_t rollback_after = 2;       // consecutive evaluations regressed beyond their interval
+};
+
 enum class Shaping { Sparse, Shaped };
 enum class ShapingChoice { Inherit, Sparse, Shaped };
 

@@ -93,6 +93,9 @@ class Coordinator {
   std::uint64_t next_seed() const;
   std::string books_json() const;
   std::string evaluation_table() const;
+  // Periodic evaluations that finished ([eval] every_steps), oldest first; the base's evaluation.
+  std::optional<EvaluationRecord> take_periodic_evaluation();
+  EvaluationRecord base_evaluation() const;
   std::string summary_json(std::int64_t steps, double wall_s, int restarts) const;
   // The oldest weight version an actor still generates with (as reported), for sync metrics.
   double oldest_actor_version(double newest) const;

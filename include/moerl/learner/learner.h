@@ -37,6 +37,7 @@
 #include "moerl/learner/coordinator.h"
 #include "moerl/learner/episode_inbox.h"
 #include "moerl/learner/episode_receiver.h"
+#include "moerl/learner/evaluation_watch.h"
 #include "moerl/learner/step_metrics.h"
 #include "moerl/learner/value_head.h"
 #include "moerl/model/policy.h"
@@ -177,6 +178,7 @@ class Learner {
   std::unique_ptr<Coordinator> coordinator_;          // learner 0: the job service (its own thread)
   std::unique_ptr<EpisodeReceiver> receiver_;         // the other learners' receiving thread
   std::unique_ptr<CheckpointSchedule> checkpoints_;   // learner 0
+  std::unique_ptr<EvaluationWatch> evaluations_;      // learner 0: [eval] records, regressions, auto_rollback
   StalenessAccount staleness_;                        // the whole run's, every learner's groups
   StalenessAccount staleness_step_;                   // this learner's since the last step
   std::vector<std::vector<std::uint8_t>> rng_states_; // [learner] as of the last step boundary

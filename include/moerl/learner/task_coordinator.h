@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "moerl/config/config.h"
 #include "moerl/learner/curriculum.h"
 #include "moerl/learner/evaluation_scores.h"
+#include "moerl/learner/periodic_evaluation.h"
 #include "moerl/learner/session_failures.h"
 #include "moerl/rollout/trajectory.h"
 #include "moerl/runtime/mailbox.h"
@@ -115,6 +117,11 @@ class TaskCoordinator {
   const ScoreTable& after_greedy() const { return greedy_plays() ? after_greedy_ : after_; }
   // `restarts`: how often the launcher restarted this job (MOERL_RESTARTS).
   std::string summary_json(std::int64_t steps, double wall_s, int restarts) const;
+  // A periodic evaluation ([eval] every_steps) whose every episode is back
+  // (its eval.* gauges are set), oldest first.
+  std::optional<EvaluationRecord> take_periodic_evaluation();
+  // The evaluation before training, as a record of the base (version -1).
+  EvaluationRecord base_evaluation() const;
   std::string evaluation_table() const;
 
  private:
@@ -122,6 +129,8 @@ class TaskCoordinator {
   void record_failure(const rollout::Trajectory& record);
   void send_to_actor(int actor, const rollout::TaskAssignment& assignment);
   void start_evaluation(std::int64_t min_version);
+  // Groups of every held-out seed (and their greedy twins), in group-id order; the greedy ones are also in greedy_groups_.
+  std::vector<rollout::TaskGroup> evaluation_groups(std::int64_t min_version, std::int64_t per_family);
   // Evaluation plays each held-out seed once more at temperature 0 (the
   // sampled evaluation is not greedy itself and rollout.eval_greedy is set).
   bool greedy_plays() const;
@@ -157,6 +166,7 @@ class TaskCoordinator {
   std::vector<RankFailure> rank_failures_;  // the whole run's
   FamilyBreaker breaker_;
   Curriculum curriculum_;
+  PeriodicEvaluation periodic_;
 };
 
 }  // namespace moerl::learner
