@@ -127,7 +127,7 @@ struct RunResult {
 };
 
 double number_or_nan(const JsonValue& object, const std::string& key) {
-  const JsonValue* v = object.find(key);
+  const std::optional<JsonValue> v = object.find(key);
   return v && !v->is_null() ? v->as_number() : NAN;
 }
 
@@ -159,10 +159,10 @@ void read_outcome(RunResult& r) {
   r.after = read_scores(summary.at("after"));
   r.wall_s = number_or_nan(summary, "wall_s");
   r.steps_completed = number_or_nan(summary, "steps_completed");
-  const JsonValue* gain = summary.find("gain");
+  const std::optional<JsonValue> gain = summary.find("gain");
   for (const auto& [family, after] : r.after) {
     Gain& g = r.gain[family];
-    const JsonValue* entry = gain ? gain->find(family) : nullptr;
+    const std::optional<JsonValue> entry = gain ? gain->find(family) : std::nullopt;
     if (entry) {
       g.value = number_or_nan(*entry, "value");
       g.ci_low = number_or_nan(*entry, "ci_low");

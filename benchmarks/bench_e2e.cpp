@@ -89,26 +89,26 @@ double now_s() { return moerl::runtime::monotonic_seconds(); }
 
 // One counter, gauge or histogram of a metrics line (0 when absent).
 double counter(const JsonValue& body, const std::string& name) {
-  const JsonValue* counters = body.find("counters");
-  const JsonValue* v = counters ? counters->find(name) : nullptr;
+  const std::optional<JsonValue> counters = body.find("counters");
+  const std::optional<JsonValue> v = counters ? counters->find(name) : std::nullopt;
   return v ? v->as_number() : 0.0;
 }
 
 // Sum and count of a histogram, so that a window's mean is a difference.
 std::pair<double, double> histogram_sum_count(const JsonValue& body, const std::string& name) {
-  const JsonValue* histograms = body.find("histograms");
-  const JsonValue* h = histograms ? histograms->find(name) : nullptr;
+  const std::optional<JsonValue> histograms = body.find("histograms");
+  const std::optional<JsonValue> h = histograms ? histograms->find(name) : std::nullopt;
   if (!h) return {0.0, 0.0};
   const double count = h->at("count").as_number();
   return {h->at("mean").as_number() * count, count};
 }
 
-const JsonValue* role_body(const JsonValue& line, const std::string& role) {
+std::optional<JsonValue> role_body(const JsonValue& line, const std::string& role) {
   return line.at("roles").find(role);
 }
 
-const JsonValue& rank0_body(const JsonValue& line) {
-  for (const JsonValue& r : line.at("ranks").as_array())
+JsonValue rank0_body(const JsonValue& line) {
+  for (JsonValue r : line.at("ranks").as_array())
     if (r.at("rank").as_number() == 0) return r;
   throw moerl::Error("bench e2e: a metrics line without learner 0");
 }
@@ -121,7 +121,8 @@ struct PhaseResult {
 };
 
 // Mean of a histogram over the window between two metrics lines.
-double window_mean(const JsonValue* first, const JsonValue* last, const std::string& name) {
+double window_mean(const std::optional<JsonValue>& first, const std::optional<JsonValue>& last,
+                   const std::string& name) {
   if (!first || !last) return 0.0;
   const auto [s1, c1] = histogram_sum_count(*first, name);
   const auto [s2, c2] = histogram_sum_count(*last, name);
@@ -145,17 +146,18 @@ PhaseResult read_phase(const std::string& metrics_path, std::int64_t steps, doub
   r.wall_s = wall_s;
   r.step_s = window / intervals;
   r.steps_per_s = intervals / window;
-  const JsonValue& l1 = rank0_body(first);
-  const JsonValue& l2 = rank0_body(last);
+  const JsonValue l1 = rank0_body(first);
+  const JsonValue l2 = rank0_body(last);
   r.trained_tokens_per_s = (counter(l2, "learner.generated_tokens") - counter(l1, "learner.generated_tokens")) / window;
-  r.update_s = window_mean(&l1, &l2, "learner.update_s");
-  r.publish_call_s = window_mean(&l1, &l2, "sync.publish_s");
+  r.update_s = window_mean(l1, l2, "learner.update_s");
+  r.publish_call_s = window_mean(l1, l2, "sync.publish_s");
   r.wait_s = std::max(0.0, r.step_s - r.update_s - r.publish_call_s);
   r.dropped_groups = counter(l2, "learner.dropped_groups") - counter(l1, "learner.dropped_groups");
-  const JsonValue* staleness = l2.find("gauges") ? l2.at("gauges").find("learner.staleness_mean") : nullptr;
+  const std::optional<JsonValue> gauges = l2.find("gauges");
+  const std::optional<JsonValue> staleness = gauges ? gauges->find("learner.staleness_mean") : std::nullopt;
   r.staleness = staleness ? staleness->as_number() : 0.0;
-  const JsonValue* a1 = role_body(first, "actor");
-  const JsonValue* a2 = role_body(last, "actor");
+  const std::optional<JsonValue> a1 = role_body(first, "actor");
+  const std::optional<JsonValue> a2 = role_body(last, "actor");
   if (a1 && a2) {
     r.generated_tokens_per_s = (counter(*a2, "rollout.generated_tokens") - counter(*a1, "rollout.generated_tokens")) / window;
     r.receive_s = window_mean(a1, a2, "sync.receive_s");

@@ -113,7 +113,7 @@ std::map<std::string, double> read_outcome(const std::string& run_dir, std::int6
     }
     migrated += f.at("sessions_migrated").as_number();
     restarted += f.at("episodes_restarted").as_number();
-    if (const JsonValue* lost = f.find("steps_lost")) steps_lost += lost->as_number();
+    if (const std::optional<JsonValue> lost = f.find("steps_lost")) steps_lost += lost->as_number();
   }
   double sessions_lost = 0;
   for (const auto& [family, reasons] : summary.at("env_failures").as_object())

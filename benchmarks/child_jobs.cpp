@@ -100,12 +100,12 @@ std::vector<MetricsPoint> metrics_series(const std::string& metrics_path, const 
     } catch (const JsonError& error) {
       throw Error(metrics_path + " line " + std::to_string(number) + " is not JSON: " + error.what());
     }
-    const JsonValue* step = line.find("step");
-    const JsonValue* time_ms = line.find("time_ms");
-    const JsonValue* roles = line.find("roles");
-    const JsonValue* of_role = roles ? roles->find(role) : nullptr;
-    const JsonValue* values = of_role ? of_role->find(group) : nullptr;
-    const JsonValue* value = values ? values->find(name) : nullptr;
+    const std::optional<JsonValue> step = line.find("step");
+    const std::optional<JsonValue> time_ms = line.find("time_ms");
+    const std::optional<JsonValue> roles = line.find("roles");
+    const std::optional<JsonValue> of_role = roles ? roles->find(role) : std::nullopt;
+    const std::optional<JsonValue> values = of_role ? of_role->find(group) : std::nullopt;
+    const std::optional<JsonValue> value = values ? values->find(name) : std::nullopt;
     if (!step || !value) continue;
     MetricsPoint point;
     point.step = static_cast<std::int64_t>(step->as_number());

@@ -11,6 +11,7 @@ PACKAGES=(
   libhdf5-dev                  # checkpoints
   libspdlog-dev libcli11-dev catch2 libtomlplusplus-dev
   libpcre2-dev libicu-dev       # BPE tokenizer: split regexes, NFC
+  nlohmann-json3-dev           # JSON parsing and string escaping (src/core/json_value.cpp, json_writer.cpp)
   python3-matplotlib           # learning-curve plots of moerl bench algos (scripts/plot_curves.py)
   slurm-wlm munge              # the Slurm tests (label slurm) start their own slurmctld/slurmd
   libcpp-httplib-dev           # learner 0's Prometheus /metrics endpoint

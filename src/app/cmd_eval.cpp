@@ -60,8 +60,8 @@ std::vector<std::int64_t> hf_stop_tokens(const std::string& dir) {
     const fs::path path = fs::path(dir) / file;
     if (!fs::exists(path)) continue;
     const JsonValue json = JsonValue::parse(storage::read_whole_file(path.string()));
-    const JsonValue* eos = json.find("eos_token_id");
-    if (eos == nullptr || eos->is_null()) continue;
+    const std::optional<JsonValue> eos = json.find("eos_token_id");
+    if (!eos || eos->is_null()) continue;
     std::vector<std::int64_t> ids;
     if (eos->kind() == JsonValue::Kind::Number) ids.push_back(static_cast<std::int64_t>(eos->as_number()));
     if (eos->kind() == JsonValue::Kind::Array)

@@ -1,223 +1,216 @@
 #include "moerl/core/json_value.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <nlohmann/json.hpp>
 
 namespace moerl {
 
-class JsonParser {
- public:
-  JsonParser(const std::string& text, bool python_non_finite) : text_(text), python_non_finite_(python_non_finite) {}
+using nlohmann::json;
 
-  JsonValue document() {
-    JsonValue value = parse_value(0);
-    skip_space();
-    if (at_ < text_.size()) fail("unexpected text after the value");
-    return value;
+namespace {
+
+constexpr std::size_t kMaxDepth = 64;  // bounds what hostile input makes the code that walks it do
+
+// A non-finite number that nlohmann refuses (Python's NaN, Infinity and
+// -Infinity; a number beyond the range of a double) is parsed again as one of
+// these strings, which the DOM builder turns back into the number. The NUL
+// keeps them apart from any text a program means to send.
+const std::string kNanSentinel = std::string(1, '\0') + "moerl:NaN";
+const std::string kInfinitySentinel = std::string(1, '\0') + "moerl:Infinity";
+const std::string kMinusInfinitySentinel = std::string(1, '\0') + "moerl:-Infinity";
+
+std::string quoted(const std::string& sentinel) { return json(sentinel).dump(); }
+
+std::optional<double> sentinel_number(const std::string& text) {
+  if (text.empty() || text[0] != '\0') return std::nullopt;
+  if (text == kNanSentinel) return std::nan("");
+  if (text == kInfinitySentinel) return HUGE_VAL;
+  if (text == kMinusInfinitySentinel) return -HUGE_VAL;
+  return std::nullopt;
+}
+
+// Why a parse stopped: nlohmann's position (bytes read, the offending one
+// included; 0 when unknown) and its message without the "[json.exception...]
+// parse error at line L, column C: " prefix.
+struct Fault {
+  std::size_t position = 0;
+  int id = 0;
+  std::string last_token;
+  std::string description;
+};
+
+// Builds the document from nlohmann's SAX events (what json::parse does, plus
+// the depth bound, the sentinels and keeping the fault's position).
+class DomBuilder final : public nlohmann::json_sax<json> {
+ public:
+  explicit DomBuilder(bool sentinels) : sentinels_(sentinels) {}
+
+  bool null() override { return insert(json(nullptr)) != nullptr; }
+  bool boolean(bool value) override { return insert(json(value)) != nullptr; }
+  bool number_integer(number_integer_t value) override { return insert(json(value)) != nullptr; }
+  bool number_unsigned(number_unsigned_t value) override { return insert(json(value)) != nullptr; }
+  bool number_float(number_float_t value, const string_t& /*text*/) override { return insert(json(value)) != nullptr; }
+  bool string(string_t& value) override {
+    if (sentinels_) {
+      if (const std::optional<double> number = sentinel_number(value)) return insert(json(*number)) != nullptr;
+    }
+    return insert(json(std::move(value))) != nullptr;
   }
+  bool binary(binary_t& /*value*/) override { return false; }  // not produced by JSON text
+  bool start_object(std::size_t /*elements*/) override { return open(json::value_t::object); }
+  bool key(string_t& key) override {
+    key_ = std::move(key);
+    return true;
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t /*elements*/) override { return open(json::value_t::array); }
+  bool end_array() override {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string& last_token, const json::exception& error) override {
+    const std::string what = error.what();
+    const std::size_t colon = what.find(": ");
+    fault_ = Fault{position, error.id, last_token, colon == std::string::npos ? what : what.substr(colon + 2)};
+    return false;
+  }
+
+  json take() { return std::move(root_); }
+  const Fault& fault() const { return fault_; }
 
  private:
-  static constexpr int kMaxDepth = 64;  // bounds recursion on hostile input
-
-  [[noreturn]] void fail(const std::string& what) const {
-    throw JsonError("invalid JSON at offset " + std::to_string(at_) + ": " + what);
+  json* insert(json&& value) {
+    if (open_.empty()) {
+      root_ = std::move(value);
+      return &root_;
+    }
+    json& parent = *open_.back();
+    if (parent.is_array()) {
+      auto& elements = parent.get_ref<json::array_t&>();
+      elements.push_back(std::move(value));
+      return &elements.back();
+    }
+    json& member = parent.get_ref<json::object_t&>()[key_];  // a repeated key keeps its last value
+    member = std::move(value);
+    return &member;
   }
-  void skip_space() {
-    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t' || text_[at_] == '\n' || text_[at_] == '\r')) ++at_;
-  }
-  bool consume(const char* literal) {
-    const std::string word(literal);
-    if (text_.compare(at_, word.size(), word) != 0) return false;
-    at_ += word.size();
+  bool open(json::value_t type) {
+    if (open_.size() >= kMaxDepth) {
+      fault_ = Fault{0, 0, "", "nesting deeper than " + std::to_string(kMaxDepth) + " levels"};
+      return false;
+    }
+    // Only the innermost open container grows, so the pointers to the outer ones stay valid.
+    open_.push_back(insert(json(type)));
     return true;
   }
 
-  JsonValue parse_value(int depth) {
-    if (depth > kMaxDepth) fail("nesting deeper than 64 levels");
-    skip_space();
-    if (at_ >= text_.size()) fail("unexpected end of input");
-    JsonValue v;
-    const char c = text_[at_];
-    if (c == '{') {
-      v.kind_ = JsonValue::Kind::Object;
-      ++at_;
-      skip_space();
-      if (at_ < text_.size() && text_[at_] == '}') {
-        ++at_;
-        return v;
-      }
-      for (;;) {
-        skip_space();
-        if (at_ >= text_.size() || text_[at_] != '"') fail("expected a string key");
-        std::string key = parse_string();
-        skip_space();
-        if (at_ >= text_.size() || text_[at_] != ':') fail("expected ':'");
-        ++at_;
-        v.object_[key] = parse_value(depth + 1);
-        skip_space();
-        if (at_ < text_.size() && text_[at_] == ',') {
-          ++at_;
-          continue;
-        }
-        if (at_ < text_.size() && text_[at_] == '}') {
-          ++at_;
-          return v;
-        }
-        fail("expected ',' or '}'");
-      }
-    }
-    if (c == '[') {
-      v.kind_ = JsonValue::Kind::Array;
-      ++at_;
-      skip_space();
-      if (at_ < text_.size() && text_[at_] == ']') {
-        ++at_;
-        return v;
-      }
-      for (;;) {
-        v.array_.push_back(parse_value(depth + 1));
-        skip_space();
-        if (at_ < text_.size() && text_[at_] == ',') {
-          ++at_;
-          continue;
-        }
-        if (at_ < text_.size() && text_[at_] == ']') {
-          ++at_;
-          return v;
-        }
-        fail("expected ',' or ']'");
-      }
-    }
-    if (c == '"') {
-      v.kind_ = JsonValue::Kind::String;
-      v.string_ = parse_string();
-      return v;
-    }
-    if (consume("true")) {
-      v.kind_ = JsonValue::Kind::Boolean;
-      v.boolean_ = true;
-      return v;
-    }
-    if (consume("false")) {
-      v.kind_ = JsonValue::Kind::Boolean;
-      return v;
-    }
-    if (consume("null")) return v;
-    if (python_non_finite_ && (consume("NaN") || consume("Infinity") || consume("-Infinity"))) {
-      v.kind_ = JsonValue::Kind::Number;
-      const char last = text_[at_ - 1];
-      v.number_ = last == 'N' ? std::nan("") : (c == '-' ? -HUGE_VAL : HUGE_VAL);
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      v.kind_ = JsonValue::Kind::Number;
-      v.number_ = parse_number();
-      return v;
-    }
-    fail(std::string("unexpected character '") + c + "'");
-  }
-
-  double parse_number() {
-    const size_t start = at_;
-    if (text_[at_] == '-') ++at_;
-    auto digits = [this] {
-      const size_t from = at_;
-      while (at_ < text_.size() && text_[at_] >= '0' && text_[at_] <= '9') ++at_;
-      return at_ - from;
-    };
-    if (digits() == 0) fail("expected digits");
-    if (at_ < text_.size() && text_[at_] == '.') {
-      ++at_;
-      if (digits() == 0) fail("expected digits after '.'");
-    }
-    if (at_ < text_.size() && (text_[at_] == 'e' || text_[at_] == 'E')) {
-      ++at_;
-      if (at_ < text_.size() && (text_[at_] == '+' || text_[at_] == '-')) ++at_;
-      if (digits() == 0) fail("expected exponent digits");
-    }
-    return std::strtod(text_.substr(start, at_ - start).c_str(), nullptr);
-  }
-
-  unsigned parse_hex4() {
-    if (at_ + 4 > text_.size()) fail("truncated \\u escape");
-    unsigned value = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char h = text_[at_++];
-      value <<= 4;
-      if (h >= '0' && h <= '9') value |= h - '0';
-      else if (h >= 'a' && h <= 'f') value |= h - 'a' + 10;
-      else if (h >= 'A' && h <= 'F') value |= h - 'A' + 10;
-      else fail("bad hex digit in \\u escape");
-    }
-    return value;
-  }
-
-  static void append_utf8(std::string& out, unsigned code) {
-    if (code < 0x80) {
-      out += static_cast<char>(code);
-    } else if (code < 0x800) {
-      out += static_cast<char>(0xC0 | (code >> 6));
-      out += static_cast<char>(0x80 | (code & 0x3F));
-    } else if (code < 0x10000) {
-      out += static_cast<char>(0xE0 | (code >> 12));
-      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (code & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (code >> 18));
-      out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (code & 0x3F));
-    }
-  }
-
-  std::string parse_string() {
-    ++at_;  // opening quote
-    std::string out;
-    for (;;) {
-      if (at_ >= text_.size()) fail("unterminated string");
-      const char c = text_[at_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (at_ >= text_.size()) fail("unterminated escape");
-      const char e = text_[at_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned code = parse_hex4();
-          if (code >= 0xD800 && code <= 0xDBFF) {
-            if (!consume("\\u")) fail("unpaired surrogate");
-            const unsigned low = parse_hex4();
-            if (low < 0xDC00 || low > 0xDFFF) fail("bad low surrogate");
-            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-          } else if (code >= 0xDC00 && code <= 0xDFFF) {
-            fail("unpaired surrogate");
-          }
-          append_utf8(out, code);
-          break;
-        }
-        default: fail(std::string("unknown escape \\") + e);
-      }
-    }
-  }
-
-  const std::string& text_;
-  bool python_non_finite_ = false;
-  size_t at_ = 0;
+  bool sentinels_;
+  json root_;
+  std::vector<json*> open_;
+  std::string key_;
+  Fault fault_;
 };
 
+// The token to parse again as a sentinel string, when `fault` is a number
+// nlohmann refuses but moerl reads: one beyond the range of a double (as
+// strtod does, +-infinity), or with `python`, NaN/Infinity/-Infinity in place of a value.
+struct Rewrite {
+  std::size_t start = 0;
+  std::size_t length = 0;
+  const std::string* sentinel = nullptr;
+};
+
+std::optional<Rewrite> non_finite_token(const std::string& text, const Fault& fault, bool python) {
+  constexpr int kNumberOverflow = 406;  // out_of_range.406: the position is just past the number
+  constexpr int kSyntaxError = 101;     // parse_error.101: the position is just past the offending byte
+  if (fault.id == kNumberOverflow) {
+    const std::string& token = fault.last_token;
+    if (token.empty() || fault.position < token.size()) return std::nullopt;
+    const std::size_t start = fault.position - token.size();
+    if (text.compare(start, token.size(), token) != 0) return std::nullopt;
+    return Rewrite{start, token.size(), token[0] == '-' ? &kMinusInfinitySentinel : &kInfinitySentinel};
+  }
+  if (!python || fault.id != kSyntaxError || fault.position == 0 ||
+      fault.description.rfind("syntax error while parsing value - ", 0) != 0) {
+    return std::nullopt;
+  }
+  const std::size_t at = fault.position - 1;
+  if (text.compare(at, 3, "NaN") == 0) return Rewrite{at, 3, &kNanSentinel};
+  if (text.compare(at, 8, "Infinity") == 0) {
+    if (at > 0 && text[at - 1] == '-') return Rewrite{at - 1, 9, &kMinusInfinitySentinel};
+    return Rewrite{at, 8, &kInfinitySentinel};
+  }
+  return std::nullopt;
+}
+
+[[noreturn]] void fail(const std::string& text, std::size_t offset, const Fault& fault) {
+  if (fault.position == 0) throw JsonError("invalid JSON: " + fault.description);
+  offset = std::min(offset, text.size());
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n');
+  const std::size_t line_start = offset == 0 ? std::string::npos : text.rfind('\n', offset - 1);
+  const std::size_t column = line_start == std::string::npos ? offset + 1 : offset - line_start;
+  throw JsonError("invalid JSON at offset " + std::to_string(offset) + " (line " + std::to_string(line) +
+                  ", column " + std::to_string(column) + "): " + fault.description);
+}
+
+[[noreturn]] void wrong_kind(JsonValue::Kind want, JsonValue::Kind got) {
+  throw JsonError(std::string("expected ") + JsonValue::kind_name(want) + ", got " + JsonValue::kind_name(got));
+}
+
+}  // namespace
+
 JsonValue JsonValue::parse(const std::string& text, JsonNumbers numbers) {
-  return JsonParser(text, numbers == JsonNumbers::JsonNumbersPythonNonFinite).document();
+  const bool python = numbers == JsonNumbers::JsonNumbersPythonNonFinite;
+  // After a rewrite, `patched` is parsed; `changes` says where it differs from
+  // `text`, so that an error's offset names a byte of `text`.
+  struct Change {
+    std::size_t start;        // in `patched`
+    std::size_t length;       // of the replacement there
+    std::ptrdiff_t growth;    // bytes the replacement added
+  };
+  std::string patched;
+  std::vector<Change> changes;
+  for (;;) {
+    const std::string& input = changes.empty() ? text : patched;
+    DomBuilder builder(!changes.empty());
+    if (json::sax_parse(input, &builder)) return JsonValue(std::make_shared<const json>(builder.take()));
+    const Fault& fault = builder.fault();
+    if (const std::optional<Rewrite> rewrite = non_finite_token(input, fault, python)) {
+      const std::string replacement = quoted(*rewrite->sentinel);
+      patched = input.substr(0, rewrite->start) + replacement + input.substr(rewrite->start + rewrite->length);
+      changes.push_back({rewrite->start, replacement.size(),
+                         static_cast<std::ptrdiff_t>(replacement.size()) - static_cast<std::ptrdiff_t>(rewrite->length)});
+      continue;
+    }
+    // The byte at which nlohmann stopped, in `text` (each later change is past the earlier ones).
+    std::size_t offset = fault.position == 0 ? 0 : fault.position - 1;
+    for (auto it = changes.rbegin(); it != changes.rend(); ++it) {
+      if (offset >= it->start + it->length) {
+        offset = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(offset) - it->growth);
+      } else if (offset > it->start) {
+        offset = it->start;
+      }
+    }
+    fail(text, offset, fault);
+  }
+}
+
+JsonValue::Kind JsonValue::kind() const {
+  if (!node_) return Kind::Null;
+  switch (node_->type()) {
+    case json::value_t::boolean: return Kind::Boolean;
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float: return Kind::Number;
+    case json::value_t::string: return Kind::String;
+    case json::value_t::array: return Kind::Array;
+    case json::value_t::object: return Kind::Object;
+    default: return Kind::Null;  // null (binary and discarded values are not built)
+  }
 }
 
 const char* JsonValue::kind_name(Kind kind) {
@@ -232,43 +225,59 @@ const char* JsonValue::kind_name(Kind kind) {
   return "unknown";
 }
 
-namespace {
-[[noreturn]] void wrong_kind(JsonValue::Kind want, JsonValue::Kind got) {
-  throw JsonError(std::string("expected ") + JsonValue::kind_name(want) + ", got " + JsonValue::kind_name(got));
-}
-}  // namespace
-
 bool JsonValue::as_bool() const {
-  if (kind_ != Kind::Boolean) wrong_kind(Kind::Boolean, kind_);
-  return boolean_;
+  if (kind() != Kind::Boolean) wrong_kind(Kind::Boolean, kind());
+  return node_->get<bool>();
 }
+
 double JsonValue::as_number() const {
-  if (kind_ != Kind::Number) wrong_kind(Kind::Number, kind_);
-  return number_;
+  if (kind() != Kind::Number) wrong_kind(Kind::Number, kind());
+  return node_->get<double>();
 }
+
 const std::string& JsonValue::as_string() const {
-  if (kind_ != Kind::String) wrong_kind(Kind::String, kind_);
-  return string_;
-}
-const std::vector<JsonValue>& JsonValue::as_array() const {
-  if (kind_ != Kind::Array) wrong_kind(Kind::Array, kind_);
-  return array_;
-}
-const std::map<std::string, JsonValue>& JsonValue::as_object() const {
-  if (kind_ != Kind::Object) wrong_kind(Kind::Object, kind_);
-  return object_;
+  if (kind() != Kind::String) wrong_kind(Kind::String, kind());
+  return node_->get_ref<const std::string&>();
 }
 
-const JsonValue* JsonValue::find(const std::string& key) const {
-  if (kind_ != Kind::Object) return nullptr;
-  const auto it = object_.find(key);
-  return it == object_.end() ? nullptr : &it->second;
+JsonArray JsonValue::as_array() const {
+  if (kind() != Kind::Array) wrong_kind(Kind::Array, kind());
+  return JsonArray(node_, node_->size());
 }
 
-const JsonValue& JsonValue::at(const std::string& key) const {
-  const JsonValue* value = find(key);
-  if (value == nullptr) throw JsonError("missing field '" + key + "'");
-  return *value;
+JsonObject JsonValue::as_object() const {
+  if (kind() != Kind::Object) wrong_kind(Kind::Object, kind());
+  const auto& object = node_->get_ref<const json::object_t&>();
+  std::vector<JsonObject::Member> members;
+  members.reserve(object.size());
+  for (const auto& [key, value] : object) members.emplace_back(&key, &value);
+  return JsonObject(node_, std::move(members));
+}
+
+std::optional<JsonValue> JsonValue::find(const std::string& key) const {
+  if (kind() != Kind::Object) return std::nullopt;
+  const auto& object = node_->get_ref<const json::object_t&>();
+  const auto it = object.find(key);
+  if (it == object.end()) return std::nullopt;
+  return JsonValue(std::shared_ptr<const json>(node_, &it->second));
+}
+
+JsonValue JsonValue::at(const std::string& key) const {
+  std::optional<JsonValue> value = find(key);
+  if (!value) throw JsonError("missing field '" + key + "'");
+  return std::move(*value);
+}
+
+JsonValue JsonArray::operator[](std::size_t index) const {
+  if (index >= size_) {
+    throw JsonError("index " + std::to_string(index) + " past the end of an array of " + std::to_string(size_));
+  }
+  return JsonValue(std::shared_ptr<const json>(array_, &(*array_)[index]));
+}
+
+std::pair<const std::string&, JsonValue> JsonObject::member(std::size_t index) const {
+  const auto& [key, value] = members_[index];
+  return {*key, JsonValue(std::shared_ptr<const json>(document_, value))};
 }
 
 }  // namespace moerl

@@ -2,55 +2,43 @@
 
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "moerl/core/error.h"
 
 namespace moerl {
 
-std::string json_escape(const std::string& text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          char buffer[8];
-          std::snprintf(buffer, sizeof buffer, "\\u%04x", c);
-          out += buffer;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
+namespace {
+
+// `text` as a JSON string literal, quotes included.
+std::string quoted(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+}  // namespace
+
 void JsonWriter::before_value() {
-  if (after_key_) {
+  if (open_.empty()) return;
+  Open& container = open_.back();
+  if (container.object) {
+    MOERL_CHECK(after_key_, "JsonWriter: a value in an object without its key");
     after_key_ = false;
     return;
   }
-  if (!has_elements_.empty()) {
-    if (has_elements_.back()) out_ += ',';
-    has_elements_.back() = true;
-  }
+  if (container.has_elements) out_ += ',';
+  container.has_elements = true;
 }
 
 JsonWriter& JsonWriter::begin_object() {
   before_value();
   out_ += '{';
-  has_elements_.push_back(false);
+  open_.push_back({true, false});
   return *this;
 }
 
 JsonWriter& JsonWriter::end_object() {
-  MOERL_CHECK(!has_elements_.empty() && !after_key_, "JsonWriter: unbalanced end_object");
-  has_elements_.pop_back();
+  MOERL_CHECK(!open_.empty() && open_.back().object && !after_key_, "JsonWriter: unbalanced end_object");
+  open_.pop_back();
   out_ += '}';
   return *this;
 }
@@ -58,28 +46,29 @@ JsonWriter& JsonWriter::end_object() {
 JsonWriter& JsonWriter::begin_array() {
   before_value();
   out_ += '[';
-  has_elements_.push_back(false);
+  open_.push_back({false, false});
   return *this;
 }
 
 JsonWriter& JsonWriter::end_array() {
-  MOERL_CHECK(!has_elements_.empty() && !after_key_, "JsonWriter: unbalanced end_array");
-  has_elements_.pop_back();
+  MOERL_CHECK(!open_.empty() && !open_.back().object, "JsonWriter: unbalanced end_array");
+  open_.pop_back();
   out_ += ']';
   return *this;
 }
 
 JsonWriter& JsonWriter::key(const std::string& name) {
-  MOERL_CHECK(!has_elements_.empty() && !after_key_, "JsonWriter: key outside an object");
-  before_value();
-  out_ += '"' + json_escape(name) + "\":";
+  MOERL_CHECK(!open_.empty() && open_.back().object && !after_key_, "JsonWriter: key outside an object");
+  if (open_.back().has_elements) out_ += ',';
+  open_.back().has_elements = true;
+  out_ += quoted(name) + ':';
   after_key_ = true;
   return *this;
 }
 
 JsonWriter& JsonWriter::value(const std::string& text) {
   before_value();
-  out_ += '"' + json_escape(text) + '"';
+  out_ += quoted(text);
   return *this;
 }
 

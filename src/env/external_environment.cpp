@@ -6,6 +6,7 @@
 #include "moerl/core/json_writer.h"
 #include "moerl/core/utf8.h"
 #include "moerl/runtime/wire.h"
+#include "moerl/telemetry/metrics.h"
 
 namespace moerl::env {
 namespace {
@@ -22,7 +23,8 @@ const char* shaping_name(RewardShaping shaping) {
 // an ExternalEnvError that names the process and the request.
 class ExternalEnvironment::Answer {
  public:
-  Answer(JsonValue value, std::string context) : value_(std::move(value)), context_(std::move(context)) {}
+  Answer(JsonValue value, std::string context, std::size_t utf8_repairs)
+      : value_(std::move(value)), context_(std::move(context)), utf8_repairs_(utf8_repairs) {}
   template <typename F>
   auto guarded(F&& read) const -> decltype(read()) {
     try {
@@ -40,10 +42,18 @@ class ExternalEnvironment::Answer {
   bool flag(const char* key) const {
     return guarded([&] { return value_.at(key).as_bool(); });
   }
-  const JsonValue* find(const char* key) const { return value_.find(key); }
+  bool has(const char* key) const { return value_.find(key).has_value(); }
+  std::optional<JsonValue> find(const char* key) const { return value_.find(key); }
+  // An answer that carries an observation: counts it in env.invalid_utf8.external
+  // when its line held ill-formed UTF-8 (replaced by U+FFFD before parsing).
+  void count_invalid_utf8() const {
+    if (utf8_repairs_ > 0) telemetry::metrics().add("env.invalid_utf8.external");
+  }
+
  private:
   JsonValue value_;
   std::string context_;
+  std::size_t utf8_repairs_ = 0;
 };
 
 ExternalEnvironment::ExternalEnvironment(ExternalEnvOptions options) : options_(std::move(options)) {}
@@ -51,7 +61,9 @@ ExternalEnvironment::ExternalEnvironment(ExternalEnvOptions options) : options_(
 ExternalEnvironment::~ExternalEnvironment() {
   if (process_) {
     try {
-      process_->write_line(R"({"id":0,"op":"close","session":")" + json_escape(session_) + "\"}");
+      JsonWriter line;
+      line.begin_object().key("id").value(0).key("op").value("close").key("session").value(session_).end_object();
+      process_->write_line(line.str());
     } catch (const std::exception&) {
       // Already gone: the destructor of process_ reaps it either way.
     }
@@ -62,12 +74,15 @@ void ExternalEnvironment::interrupt() {
   if (process_) process_->kill();
 }
 
-ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, const std::string& fields,
+ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, const Fields& fields,
                                                          double timeout_s) const {
   if (!process_) throw ExternalEnvError(FailureReason::FailureCrashed, "external environment used before open()");
   const std::uint64_t id = next_request_id_++;
-  std::string line = "{\"id\":" + std::to_string(id) + ",\"op\":\"" + op + "\",\"session\":\"" +
-                     json_escape(session_) + "\"" + fields + "}";
+  JsonWriter message;
+  message.begin_object().key("id").value(static_cast<std::int64_t>(id)).key("op").value(op).key("session").value(session_);
+  if (fields) fields(message);
+  message.end_object();
+  const std::string& line = message.str();
   const std::string who = "external environment '" + options_.command + "' (pid " +
                           std::to_string(process_->pid()) + ")";
   try {
@@ -77,9 +92,12 @@ ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, 
       throw ExternalEnvError(FailureReason::FailureTimeout,
                              who + " did not answer '" + op + "' within " + std::to_string(timeout_s) + " s");
     // stdout carries protocol lines only: a debug print there is an invalid answer (docs/external_env.md).
+    // JSON text is UTF-8 (nlohmann refuses anything else), while an observation
+    // may hold any bytes: each ill-formed sequence becomes U+FFFD (docs/external_env.md).
+    const Utf8Repair text = repair_utf8(*reply);
     JsonValue value;
     try {
-      value = JsonValue::parse(*reply, JsonNumbers::JsonNumbersPythonNonFinite);
+      value = JsonValue::parse(text.text, JsonNumbers::JsonNumbersPythonNonFinite);
     } catch (const JsonError& error) {
       throw ExternalEnvError(FailureReason::FailureInvalidJson, who + " answered '" + op + "' with invalid JSON (" +
                                                                     error.what() + "): " + reply->substr(0, 200));
@@ -90,11 +108,11 @@ ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, 
       throw ExternalEnvError(FailureReason::FailureWrongId, who + " answered request " + std::to_string(id) +
                                                                 " ('" + op + "') with the id of another");
     if (!value.at("ok").as_bool()) {
-      const JsonValue* error = value.find("error");
+      const std::optional<JsonValue> error = value.find("error");
       throw ExternalEnvError(FailureReason::FailureRefused,
                              who + " refused '" + op + "': " + (error ? error->as_string() : std::string("no error text")));
     }
-    return Answer(std::move(value), who + " answered '" + op + "'");
+    return Answer(std::move(value), who + " answered '" + op + "'", text.replacements);
   } catch (const JsonError& error) {
     throw ExternalEnvError(FailureReason::FailureMissingField,
                            who + " answered '" + op + "' with wrong fields: " + error.what());
@@ -108,30 +126,33 @@ std::string ExternalEnvironment::open(const TaskSpec& task) {
   session_ = "s" + std::to_string(g_session_counter.fetch_add(1));
   done_ = success_ = false;
   turns_ = 0;
-  JsonWriter fields;
-  fields.begin_object()
-      .key("family").value(task.family)
-      .key("difficulty").value(task.difficulty)
-      .key("seed").value(static_cast<std::int64_t>(task.seed))
-      .key("shaping").value(shaping_name(task.shaping))
-      .key("max_turns").value(task.max_turns)
-      .end_object();
-  // Splice the members into the request object: drop the braces.
-  const std::string members = "," + fields.str().substr(1, fields.str().size() - 2);
-  const Answer answer = request("open", members, options_.startup_timeout_s);
-  max_turns_ = answer.find("max_turns") ? static_cast<int>(answer.number("max_turns")) : task.max_turns;
-  return answer.text("observation");
+  const Answer answer = request(
+      "open",
+      [&](JsonWriter& fields) {
+        fields.key("family").value(task.family)
+            .key("difficulty").value(task.difficulty)
+            .key("seed").value(static_cast<std::int64_t>(task.seed))
+            .key("shaping").value(shaping_name(task.shaping))
+            .key("max_turns").value(task.max_turns);
+      },
+      options_.startup_timeout_s);
+  max_turns_ = answer.has("max_turns") ? static_cast<int>(answer.number("max_turns")) : task.max_turns;
+  std::string observation = answer.text("observation");
+  answer.count_invalid_utf8();
+  return observation;
 }
 
 StepResult ExternalEnvironment::step(const std::string& action) {
   if (done_) throw ExternalEnvError(FailureReason::FailureRefused, "step on a finished external session");
   const std::string text = repair_utf8(action).text;
-  const Answer answer = request("step", ",\"action\":\"" + json_escape(text) + "\"", options_.request_timeout_s);
+  const Answer answer =
+      request("step", [&](JsonWriter& fields) { fields.key("action").value(text); }, options_.request_timeout_s);
   StepResult result;
   result.observation = answer.text("observation");
   result.reward = answer.number("reward");
   result.done = answer.flag("done");
-  if (const JsonValue* info = answer.find("info")) {
+  answer.count_invalid_utf8();
+  if (const std::optional<JsonValue> info = answer.find("info")) {
     answer.guarded([&] {
       for (const auto& [key, value] : info->as_object()) result.info[key] = value.as_string();
       return 0;
@@ -139,13 +160,13 @@ StepResult ExternalEnvironment::step(const std::string& action) {
   }
   ++turns_;
   done_ = result.done;
-  if (answer.find("success")) success_ = answer.flag("success");
+  if (answer.has("success")) success_ = answer.flag("success");
   result.info["success"] = success_ ? "1" : "0";
   return result;
 }
 
 std::vector<std::uint8_t> ExternalEnvironment::snapshot() const {
-  const Answer answer = request("snapshot", "", options_.request_timeout_s);
+  const Answer answer = request("snapshot", nullptr, options_.request_timeout_s);
   runtime::ByteWriter w;
   w.put_string("external-v1");
   w.put<std::int32_t>(turns_);
@@ -167,7 +188,7 @@ void ExternalEnvironment::restore(const std::vector<std::uint8_t>& bytes) {
     const bool success = r.get<std::uint8_t>() != 0;
     const std::string state = r.get_string();
     r.expect_end();
-    request("restore", ",\"state\":\"" + json_escape(state) + "\"", options_.request_timeout_s);
+    request("restore", [&](JsonWriter& fields) { fields.key("state").value(state); }, options_.request_timeout_s);
     turns_ = turns;
     max_turns_ = max_turns;
     done_ = done;
@@ -179,11 +200,13 @@ void ExternalEnvironment::restore(const std::vector<std::uint8_t>& bytes) {
 }
 
 std::string ExternalEnvironment::expert_action(double error_rate, std::uint64_t seed) const {
-  JsonWriter rate;
-  rate.value(error_rate);
-  return request("expert",
-                 ",\"error_rate\":" + rate.str() + ",\"seed\":" + std::to_string(seed & ((1ull << 53) - 1)),
-                 options_.request_timeout_s)
+  return request(
+             "expert",
+             [&](JsonWriter& fields) {
+               fields.key("error_rate").value(error_rate);
+               fields.key("seed").value(static_cast<std::int64_t>(seed & ((1ull << 53) - 1)));
+             },
+             options_.request_timeout_s)
       .text("action");
 }
 

@@ -402,6 +402,7 @@ void SessionHost::finish(Session& session, const std::shared_ptr<Attempt>& attem
   reply.turn = session.turn;
   reply.success = session.env->succeeded();
   reply.done = reply.done || session.env->done();
+  // (An external environment's answers are repaired, and counted, before they are parsed: external_environment.cpp.)
   if (!reply.observation.empty()) {
     Utf8Repair repaired = repair_utf8(reply.observation);
     if (repaired.replacements > 0) {

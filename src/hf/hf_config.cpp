@@ -34,36 +34,37 @@ class Fields {
     throw HfConfigError(path_ + ": " + (field.empty() ? "" : "field '" + field + "': ") + message);
   }
 
-  const JsonValue* get(const std::string& field) const {
-    const JsonValue* v = json_.find(field);
-    return v == nullptr || v->is_null() ? nullptr : v;
+  std::optional<JsonValue> get(const std::string& field) const {
+    std::optional<JsonValue> v = json_.find(field);
+    if (v && v->is_null()) return std::nullopt;
+    return v;
   }
-  bool has(const std::string& field) const { return get(field) != nullptr; }
+  bool has(const std::string& field) const { return get(field).has_value(); }
 
   std::int64_t integer(const std::string& field) const {
-    const JsonValue* v = get(field);
-    if (v == nullptr) fail(field, "missing");
+    const std::optional<JsonValue> v = get(field);
+    if (!v) fail(field, "missing");
     return to_integer(field, *v);
   }
   std::int64_t integer_or(const std::string& field, std::int64_t fallback) const {
     return has(field) ? integer(field) : fallback;
   }
   double number(const std::string& field) const {
-    const JsonValue* v = get(field);
-    if (v == nullptr) fail(field, "missing");
+    const std::optional<JsonValue> v = get(field);
+    if (!v) fail(field, "missing");
     if (v->kind() != JsonValue::Kind::Number) fail(field, "expected a number");
     return v->as_number();
   }
   double number_or(const std::string& field, double fallback) const { return has(field) ? number(field) : fallback; }
   bool boolean_or(const std::string& field, bool fallback) const {
-    const JsonValue* v = get(field);
-    if (v == nullptr) return fallback;
+    const std::optional<JsonValue> v = get(field);
+    if (!v) return fallback;
     if (v->kind() != JsonValue::Kind::Boolean) fail(field, "expected true or false");
     return v->as_bool();
   }
   std::string string_or(const std::string& field, const std::string& fallback) const {
-    const JsonValue* v = get(field);
-    if (v == nullptr) return fallback;
+    const std::optional<JsonValue> v = get(field);
+    if (!v) return fallback;
     if (v->kind() != JsonValue::Kind::String) fail(field, "expected a string");
     return v->as_string();
   }
@@ -115,7 +116,7 @@ class Fields {
     return text;
   }
 
-  const JsonValue& json_;
+  JsonValue json_;
   std::string path_;
   std::vector<std::pair<std::string, std::int64_t>> sizes_;
 };
@@ -134,8 +135,8 @@ Architecture architecture_of(const Fields& f) {
 // (transformers 5); only unscaled rotary is implemented.
 double rope_theta_of(const Fields& f, double fallback) {
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    const JsonValue* rope = f.get(key);
-    if (rope == nullptr) continue;
+    const std::optional<JsonValue> rope = f.get(key);
+    if (!rope) continue;
     if (!rope->is_object()) f.fail(key, "expected an object");
     Fields r(*rope, "");
     const std::string type = r.string_or("rope_type", r.string_or("type", "default"));
@@ -151,7 +152,7 @@ void read_layer_pattern(Fields& f, config::ModelSection& m, config::MoeSection& 
   e.sparse_step = f.integer_or("decoder_sparse_step", 1);
   if (e.sparse_step < 1) f.fail("decoder_sparse_step", "must be >= 1");
   e.first_dense_layers = 0;
-  if (const JsonValue* only = f.get("mlp_only_layers")) {
+  if (const std::optional<JsonValue> only = f.get("mlp_only_layers")) {
     if (only->kind() != JsonValue::Kind::Array) f.fail("mlp_only_layers", "expected an array of layer indices");
     std::set<std::int64_t> layers;
     for (const JsonValue& v : only->as_array()) layers.insert(f.to_integer("mlp_only_layers", v));
@@ -175,8 +176,8 @@ void read_sliding_window(const Fields& f, Architecture arch, config::ModelSectio
   }
   if (!f.boolean_or("use_sliding_window", false)) return;
   if (arch == Architecture::Qwen2Moe) {
-    const JsonValue* types = f.get("layer_types");
-    if (types == nullptr || types->kind() != JsonValue::Kind::Array) {
+    const std::optional<JsonValue> types = f.get("layer_types");
+    if (!types || types->kind() != JsonValue::Kind::Array) {
       f.fail("use_sliding_window", "needs layer_types to say which layers slide");
     }
     for (const JsonValue& t : types->as_array()) {
@@ -497,11 +498,11 @@ std::string hf_config_json(Architecture arch, const config::ModelSection& m, con
   JsonWriter w;
   w.begin_object();
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
-    const JsonValue* id = source != nullptr ? source->find(key) : nullptr;
+    const std::optional<JsonValue> id = source != nullptr ? source->find(key) : std::nullopt;
     w.key(key);
-    if (id != nullptr && id->kind() == JsonValue::Kind::Number) {
+    if (id && id->kind() == JsonValue::Kind::Number) {
       w.value(static_cast<std::int64_t>(id->as_number()));
-    } else if (id != nullptr && id->kind() == JsonValue::Kind::Array) {
+    } else if (id && id->kind() == JsonValue::Kind::Array) {
       w.begin_array();
       for (const JsonValue& v : id->as_array())
         if (v.kind() == JsonValue::Kind::Number) w.value(static_cast<std::int64_t>(v.as_number()));

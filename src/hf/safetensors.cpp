@@ -61,10 +61,10 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   if (!entry.is_object()) fail_tensor(path, name, "header entry is not an object");
   TensorInfo t;
   t.name = name;
-  const JsonValue* dtype = entry.find("dtype");
-  const JsonValue* shape = entry.find("shape");
-  const JsonValue* offsets = entry.find("data_offsets");
-  if (dtype == nullptr || shape == nullptr || offsets == nullptr) {
+  const std::optional<JsonValue> dtype = entry.find("dtype");
+  const std::optional<JsonValue> shape = entry.find("shape");
+  const std::optional<JsonValue> offsets = entry.find("data_offsets");
+  if (!dtype || !shape || !offsets) {
     fail_tensor(path, name, "header entry needs dtype, shape and data_offsets");
   }
   if (dtype->kind() != JsonValue::Kind::String) fail_tensor(path, name, "dtype must be a string");
@@ -82,8 +82,9 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   if (offsets->kind() != JsonValue::Kind::Array || offsets->as_array().size() != 2) {
     fail_tensor(path, name, "data_offsets must be [begin, end]");
   }
-  t.begin = exact_integer(offsets->as_array()[0], path, name, "data_offsets begin");
-  t.end = exact_integer(offsets->as_array()[1], path, name, "data_offsets end");
+  const JsonArray range = offsets->as_array();
+  t.begin = exact_integer(range[0], path, name, "data_offsets begin");
+  t.end = exact_integer(range[1], path, name, "data_offsets end");
   if (t.begin > t.end) fail_tensor(path, name, "data_offsets begin > end");
   if (t.end > data_bytes) {
     fail_tensor(path, name, "data_offsets end " + std::to_string(t.end) + " lies past the data section (" +
@@ -329,8 +330,8 @@ SafetensorsDirectory::SafetensorsDirectory(const std::string& dir) : dir_(dir) {
   } catch (const JsonError& e) {
     fail(index_path.string(), std::string("not valid JSON: ") + e.what());
   }
-  const JsonValue* weight_map = index.is_object() ? index.find("weight_map") : nullptr;
-  if (weight_map == nullptr || !weight_map->is_object()) fail(index_path.string(), "has no weight_map object");
+  const std::optional<JsonValue> weight_map = index.find("weight_map");
+  if (!weight_map || !weight_map->is_object()) fail(index_path.string(), "has no weight_map object");
   std::map<std::string, std::size_t> file_number;
   for (const auto& [tensor, file] : weight_map->as_object()) {
     if (file.kind() != JsonValue::Kind::String) fail_tensor(index_path.string(), tensor, "file name is not a string");

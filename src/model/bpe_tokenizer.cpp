@@ -156,22 +156,23 @@ class JsonReader {
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
     throw Error("tokenizer " + origin_ + ": " + path + ": " + what);
   }
-  const JsonValue& member(const JsonValue& object, const std::string& path, const std::string& key) const {
-    const JsonValue* value = object.find(key);
-    if (value == nullptr) fail(join(path, key), "missing field");
-    return *value;
+  JsonValue member(const JsonValue& object, const std::string& path, const std::string& key) const {
+    std::optional<JsonValue> value = object.find(key);
+    if (!value) fail(join(path, key), "missing field");
+    return std::move(*value);
   }
-  const JsonValue* optional(const JsonValue& object, const std::string& key) const {
-    const JsonValue* value = object.find(key);
-    return value == nullptr || value->is_null() ? nullptr : value;
+  std::optional<JsonValue> optional(const JsonValue& object, const std::string& key) const {
+    std::optional<JsonValue> value = object.find(key);
+    if (value && value->is_null()) return std::nullopt;
+    return value;
   }
   const std::string& string(const JsonValue& value, const std::string& path) const {
     expect(value, JsonValue::Kind::String, path);
     return value.as_string();
   }
   bool boolean(const JsonValue& object, const std::string& path, const std::string& key, bool fallback) const {
-    const JsonValue* value = optional(object, key);
-    if (value == nullptr) return fallback;
+    const std::optional<JsonValue> value = optional(object, key);
+    if (!value) return fallback;
     expect(*value, JsonValue::Kind::Boolean, join(path, key));
     return value->as_bool();
   }
@@ -183,7 +184,7 @@ class JsonReader {
     }
     return static_cast<std::int32_t>(number);
   }
-  const std::vector<JsonValue>& array(const JsonValue& value, const std::string& path) const {
+  JsonArray array(const JsonValue& value, const std::string& path) const {
     expect(value, JsonValue::Kind::Array, path);
     return value.as_array();
   }
@@ -231,17 +232,17 @@ void set_id(BpeTokenizer::Impl& impl, const JsonReader& json, const std::string&
 }
 
 void load_model(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValue& root) {
-  const JsonValue& model = json.member(root, "", "model");
+  const JsonValue model = json.member(root, "", "model");
   json.expect(model, JsonValue::Kind::Object, "model");
-  if (const JsonValue* type = json.optional(model, "type")) {
+  if (const std::optional<JsonValue> type = json.optional(model, "type")) {
     if (json.string(*type, "model.type") != "BPE") json.fail("model.type", "'" + type->as_string() + "' is not supported (only BPE)");
   }
-  if (const JsonValue* dropout = json.optional(model, "dropout")) {
+  if (const std::optional<JsonValue> dropout = json.optional(model, "dropout")) {
     json.expect(*dropout, JsonValue::Kind::Number, "model.dropout");
     if (dropout->as_number() != 0) json.fail("model.dropout", "BPE dropout is not supported (it makes encoding random)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (const JsonValue* affix = json.optional(model, key)) {
+    if (const std::optional<JsonValue> affix = json.optional(model, key)) {
       if (!json.string(*affix, JsonReader::join("model", key)).empty()) {
         json.fail(JsonReader::join("model", key), "subword affixes are not supported in byte-level BPE");
       }
@@ -250,7 +251,7 @@ void load_model(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValu
   if (json.boolean(model, "model", "byte_fallback", false)) json.fail("model.byte_fallback", "byte fallback is not supported");
   impl.ignore_merges = json.boolean(model, "model", "ignore_merges", false);
 
-  const JsonValue& vocab = json.member(model, "model", "vocab");
+  const JsonValue vocab = json.member(model, "model", "vocab");
   json.expect(vocab, JsonValue::Kind::Object, "model.vocab");
   for (const auto& [token, value] : vocab.as_object()) {
     const std::string path = "model.vocab[\"" + token + "\"]";
@@ -263,18 +264,19 @@ void load_model(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValu
     const auto it = impl.token_to_id.find(alphabet().char_of_byte[b]);
     if (it != impl.token_to_id.end()) impl.byte_id[b] = it->second;
   }
-  if (const JsonValue* unk = json.optional(model, "unk_token")) {
+  if (const std::optional<JsonValue> unk = json.optional(model, "unk_token")) {
     const auto it = impl.token_to_id.find(json.string(*unk, "model.unk_token"));
     if (it == impl.token_to_id.end()) json.fail("model.unk_token", "'" + unk->as_string() + "' is not in model.vocab");
     impl.unk_id = it->second;
   }
 
-  const auto& merges = json.array(json.member(model, "model", "merges"), "model.merges");
+  const JsonArray merges = json.array(json.member(model, "model", "merges"), "model.merges");
   for (std::size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string path = JsonReader::index("model.merges", rank);
     std::string left, right;
-    if (merges[rank].kind() == JsonValue::Kind::String) {  // "a b" (tokenizers < 0.20)
-      const std::string& line = merges[rank].as_string();
+    const JsonValue merge = merges[rank];
+    if (merge.kind() == JsonValue::Kind::String) {  // "a b" (tokenizers < 0.20)
+      const std::string& line = merge.as_string();
       const std::size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
         json.fail(path, "expected two tokens separated by one space, got '" + line + "'");
@@ -282,7 +284,7 @@ void load_model(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValu
       left = line.substr(0, space);
       right = line.substr(space + 1);
     } else {  // ["a", "b"]
-      const auto& pair = json.array(merges[rank], path);
+      const JsonArray pair = json.array(merge, path);
       if (pair.size() != 2) json.fail(path, "expected a pair of tokens, got " + std::to_string(pair.size()));
       left = json.string(pair[0], JsonReader::index(path, 0));
       right = json.string(pair[1], JsonReader::index(path, 1));
@@ -298,19 +300,20 @@ void load_model(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValu
 }
 
 void load_added_tokens(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValue& root) {
-  const JsonValue* added = json.optional(root, "added_tokens");
-  if (added == nullptr) return;
-  const auto& entries = json.array(*added, "added_tokens");
+  const std::optional<JsonValue> added = json.optional(root, "added_tokens");
+  if (!added) return;
+  const JsonArray entries = json.array(*added, "added_tokens");
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const std::string path = JsonReader::index("added_tokens", i);
-    json.expect(entries[i], JsonValue::Kind::Object, path);
+    const JsonValue entry = entries[i];
+    json.expect(entry, JsonValue::Kind::Object, path);
     AddedToken token;
-    token.id = json.id(json.member(entries[i], path, "id"), JsonReader::join(path, "id"));
-    token.content = json.string(json.member(entries[i], path, "content"), JsonReader::join(path, "content"));
-    token.special = json.boolean(entries[i], path, "special", false);
+    token.id = json.id(json.member(entry, path, "id"), JsonReader::join(path, "id"));
+    token.content = json.string(json.member(entry, path, "content"), JsonReader::join(path, "content"));
+    token.special = json.boolean(entry, path, "special", false);
     if (token.content.empty()) json.fail(JsonReader::join(path, "content"), "an added token cannot be empty");
     for (const char* option : {"single_word", "lstrip", "rstrip"}) {
-      if (json.boolean(entries[i], path, option, false)) {
+      if (json.boolean(entry, path, option, false)) {
         json.fail(JsonReader::join(path, option), "true is not supported (only exact matches of added tokens)");
       }
     }
@@ -333,7 +336,7 @@ void load_normalizer(BpeTokenizer::Impl& impl, const JsonReader& json, const Jso
     impl.nfc = true;
   } else if (type == "Sequence") {
     const std::string list = JsonReader::join(path, "normalizers");
-    const auto& steps = json.array(json.member(node, path, "normalizers"), list);
+    const JsonArray steps = json.array(json.member(node, path, "normalizers"), list);
     for (std::size_t i = 0; i < steps.size(); ++i) load_normalizer(impl, json, steps[i], JsonReader::index(list, i));
   } else {
     json.fail(JsonReader::join(path, "type"), "normalizer '" + type + "' is not supported (supported: NFC, none)");
@@ -342,13 +345,13 @@ void load_normalizer(BpeTokenizer::Impl& impl, const JsonReader& json, const Jso
 
 std::unique_ptr<bpe::Regex> split_regex(const JsonReader& json, const JsonValue& split, const std::string& path) {
   const std::string pattern_path = JsonReader::join(path, "pattern");
-  const JsonValue& pattern = json.member(split, path, "pattern");
+  const JsonValue pattern = json.member(split, path, "pattern");
   json.expect(pattern, JsonValue::Kind::Object, pattern_path);
   const std::string where = "tokenizer " + json.origin() + ": " + pattern_path;
-  if (const JsonValue* regex = pattern.find("Regex")) {
+  if (const std::optional<JsonValue> regex = pattern.find("Regex")) {
     return std::make_unique<bpe::Regex>(json.string(*regex, JsonReader::join(pattern_path, "Regex")), where);
   }
-  if (const JsonValue* literal = pattern.find("String")) {
+  if (const std::optional<JsonValue> literal = pattern.find("String")) {
     const std::string& text = json.string(*literal, JsonReader::join(pattern_path, "String"));
     return std::make_unique<bpe::Regex>("\\Q" + text + "\\E", where);
   }
@@ -356,36 +359,36 @@ std::unique_ptr<bpe::Regex> split_regex(const JsonReader& json, const JsonValue&
 }
 
 void load_pre_tokenizer(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValue& root) {
-  const JsonValue* node = json.optional(root, "pre_tokenizer");
-  if (node == nullptr) json.fail("pre_tokenizer", "missing: a byte-level BPE tokenizer needs a ByteLevel pre-tokenizer");
-  std::vector<std::pair<const JsonValue*, std::string>> steps;
+  const std::optional<JsonValue> node = json.optional(root, "pre_tokenizer");
+  if (!node) json.fail("pre_tokenizer", "missing: a byte-level BPE tokenizer needs a ByteLevel pre-tokenizer");
+  std::vector<std::pair<JsonValue, std::string>> steps;
   if (json.type(*node, "pre_tokenizer") == "Sequence") {
-    const auto& list = json.array(json.member(*node, "pre_tokenizer", "pretokenizers"), "pre_tokenizer.pretokenizers");
-    for (std::size_t i = 0; i < list.size(); ++i) steps.emplace_back(&list[i], JsonReader::index("pre_tokenizer.pretokenizers", i));
+    const JsonArray list = json.array(json.member(*node, "pre_tokenizer", "pretokenizers"), "pre_tokenizer.pretokenizers");
+    for (std::size_t i = 0; i < list.size(); ++i) steps.emplace_back(list[i], JsonReader::index("pre_tokenizer.pretokenizers", i));
   } else {
-    steps.emplace_back(node, "pre_tokenizer");
+    steps.emplace_back(*node, "pre_tokenizer");
   }
   // Supported: Split* then one ByteLevel, the layout of GPT-2, Qwen2 and Llama-3.
   for (std::size_t i = 0; i < steps.size(); ++i) {
     const auto& [step, path] = steps[i];
-    const std::string type = json.type(*step, path);
+    const std::string type = json.type(step, path);
     const bool last = i + 1 == steps.size();
     if (type == "Split" && !last) {
-      if (json.boolean(*step, path, "invert", false)) json.fail(JsonReader::join(path, "invert"), "true is not supported");
-      const std::string behavior = json.string(json.member(*step, path, "behavior"), JsonReader::join(path, "behavior"));
+      if (json.boolean(step, path, "invert", false)) json.fail(JsonReader::join(path, "invert"), "true is not supported");
+      const std::string behavior = json.string(json.member(step, path, "behavior"), JsonReader::join(path, "behavior"));
       bpe::PreTokenizer::SplitBehavior mode = bpe::PreTokenizer::SplitBehavior::SplitIsolated;
       if (behavior == "Removed") {
         mode = bpe::PreTokenizer::SplitBehavior::SplitRemoved;
       } else if (behavior != "Isolated") {
         json.fail(JsonReader::join(path, "behavior"), "'" + behavior + "' is not supported (supported: Isolated, Removed)");
       }
-      impl.pre_tokenizer.add_split(split_regex(json, *step, path), mode);
+      impl.pre_tokenizer.add_split(split_regex(json, step, path), mode);
     } else if (type == "ByteLevel" && last) {
       std::unique_ptr<bpe::Regex> gpt2;
-      if (json.boolean(*step, path, "use_regex", true)) {
+      if (json.boolean(step, path, "use_regex", true)) {
         gpt2 = std::make_unique<bpe::Regex>(bpe::kGpt2SplitPattern, "the GPT-2 pattern of " + path);
       }
-      impl.pre_tokenizer.set_byte_level(json.boolean(*step, path, "add_prefix_space", true), std::move(gpt2));
+      impl.pre_tokenizer.set_byte_level(json.boolean(step, path, "add_prefix_space", true), std::move(gpt2));
     } else {
       json.fail(JsonReader::join(path, "type"),
                 "'" + type + "' is not supported here (supported: Split steps followed by one ByteLevel)");
@@ -394,8 +397,8 @@ void load_pre_tokenizer(BpeTokenizer::Impl& impl, const JsonReader& json, const 
 }
 
 void check_decoder(const JsonReader& json, const JsonValue& root) {
-  const JsonValue* node = json.optional(root, "decoder");
-  if (node == nullptr) json.fail("decoder", "missing: a byte-level BPE tokenizer needs the ByteLevel decoder");
+  const std::optional<JsonValue> node = json.optional(root, "decoder");
+  if (!node) json.fail("decoder", "missing: a byte-level BPE tokenizer needs the ByteLevel decoder");
   const std::string type = json.type(*node, "decoder");
   if (type != "ByteLevel") json.fail("decoder.type", "'" + type + "' is not supported (only ByteLevel)");
 }
@@ -427,7 +430,7 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& json_text, const std::st
   impl->byte_id.fill(-1);
   load_model(*impl, json, root);
   load_added_tokens(*impl, json, root);
-  if (const JsonValue* normalizer = json.optional(root, "normalizer")) load_normalizer(*impl, json, *normalizer, "normalizer");
+  if (const std::optional<JsonValue> normalizer = json.optional(root, "normalizer")) load_normalizer(*impl, json, *normalizer, "normalizer");
   load_pre_tokenizer(*impl, json, root);
   check_decoder(json, root);
   return BpeTokenizer(std::move(impl));

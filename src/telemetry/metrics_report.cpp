@@ -171,10 +171,8 @@ std::int64_t keep_lines_through_step(const std::string& path, std::int64_t step)
   while (std::getline(in, line)) {
     bool keep = false;
     try {
-      const JsonValue* at = nullptr;
-      const JsonValue value = JsonValue::parse(line);
-      if (value.is_object()) at = value.find("step");
-      keep = at != nullptr && at->as_number() <= static_cast<double>(step);
+      const std::optional<JsonValue> at = JsonValue::parse(line).find("step");
+      keep = at && at->as_number() <= static_cast<double>(step);
     } catch (const JsonError&) {
       keep = false;  // a line cut short by a crash
     }

@@ -192,7 +192,7 @@ FailuresRun run_script(const std::string& output_dir, const std::string& name, b
     const auto summary = config.run_directory() + "/summary.json";
     if (std::filesystem::exists(summary)) {
       const JsonValue s = JsonValue::parse(std::string(std::istreambuf_iterator<char>(std::ifstream(summary).rdbuf()), {}));
-      if (const JsonValue* sort = s.at("env_failures").find("sort")) run.crashed_records = static_cast<std::int64_t>(sort->at("crashed").as_number());
+      if (const std::optional<JsonValue> sort = s.at("env_failures").find("sort")) run.crashed_records = static_cast<std::int64_t>(sort->at("crashed").as_number());
     }
   } else if (world.role() == runtime::Role::Actor) {
     policy->eval();

@@ -72,7 +72,7 @@ TEST_CASE("scores and gains round-trip through summary.json's form", "[evaluatio
   CHECK(sort.at("ci_high").as_number() == Approx(wilson_interval(48, 80).high));
   CHECK(sort.at("episodes").as_number() == 80);
   CHECK(parsed.at("gain").at("sort").at("ci_low").as_number() == Approx(0.0524).margin(5e-5));
-  CHECK(parsed.at("gain").find("maze") == nullptr);  // no "before" for it
+  CHECK_FALSE(parsed.at("gain").find("maze"));  // no "before" for it
   const ScoreTable back = read_scores(parsed.at("before"));
   CHECK(back.at("sort").successes == 48);
   CHECK(back.at("sort").episodes == 80);

@@ -1,6 +1,11 @@
 #pragma once
-// A small streaming JSON writer for metrics lines and benchmark results.
-// Produces compact single-line JSON; keys appear in the order written.
+// A small streaming JSON writer for metrics lines, checkpoint books and
+// benchmark results. Produces compact single-line JSON; keys appear in the
+// order written. Strings are escaped by nlohmann-json (invalid UTF-8 becomes
+// U+FFFD, so that every document moerl writes is one JsonValue can read).
+// A double is written with 9 significant digits (%.9g: a float's value
+// exactly, a double's to 1e-9), so "7" not "7.0" and "0.300000012", not the
+// 17 digits of nlohmann's shortest round trip; non-finite ones as null.
 
 #include <cstdint>
 #include <string>
@@ -22,17 +27,20 @@ class JsonWriter {
   JsonWriter& value(int number) { return value(static_cast<std::int64_t>(number)); }
   JsonWriter& value(bool flag);
   JsonWriter& null();
+  // Misuse (a key outside an object, a value without its key, an end that
+  // does not match) throws moerl::Error.
 
   const std::string& str() const { return out_; }
 
  private:
+  struct Open {
+    bool object;        // else an array
+    bool has_elements;  // a comma goes before the next one
+  };
   void before_value();
   std::string out_;
-  // One entry per open container: true once it holds an element.
-  std::vector<bool> has_elements_;
+  std::vector<Open> open_;
   bool after_key_ = false;
 };
-
-std::string json_escape(const std::string& text);
 
 }  // namespace moerl

@@ -7,12 +7,17 @@
 // restarting the process and replaying the session. Actions are sent as valid
 // UTF-8 (ill-formed bytes of the model's text become U+FFFD).
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "moerl/env/child_process.h"
 #include "moerl/env/env_failure.h"
 #include "moerl/env/environment.h"
+
+namespace moerl {
+class JsonWriter;
+}
 
 namespace moerl::env {
 
@@ -46,9 +51,11 @@ class ExternalEnvironment : public Environment {
   int max_turns() const override { return max_turns_; }
 
  private:
-  // Sends one request and returns the validated answer object's text fields.
+  // Sends one request, {"id", "op", "session"} and what `fields` writes into
+  // the object after them, and returns the validated answer object's fields.
   class Answer;
-  Answer request(const std::string& op, const std::string& fields, double timeout_s) const;
+  using Fields = std::function<void(JsonWriter&)>;
+  Answer request(const std::string& op, const Fields& fields, double timeout_s) const;
 
   ExternalEnvOptions options_;
   std::unique_ptr<ChildProcess> process_;
