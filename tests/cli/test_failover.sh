@@ -72,7 +72,7 @@ assert x["kind"] == "lost: MPI reports it dead", x
 assert 0 <= x["detected_after_s"] < 5 and 0 <= x["recovered_after_s"] < 10, x
 # Usually 8 (its group); 0 when the kill found it between groups: the staleness
 # bound can leave one of the two actors without work for a moment (seen once
-# under the full suite's load). Either way every step completed (above).
+# under the full suite load). Either way every step completed (above).
 assert 0 <= x["episodes_restarted"] <= 16, x'
 
 # 2. A SIGSTOPped (frozen) actor.
