@@ -14,8 +14,8 @@
 #include "moerl/bench/timing.h"
 #include "moerl/core/error.h"
 #include "moerl/core/json_value.h"
-#include "moerl/model/bpe_tokenizer.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/text/bpe_tokenizer.h"
+#include "moerl/text/tokenizer.h"
 
 namespace {
 
@@ -41,14 +41,14 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
 
   const std::string json = read_file(tokenizer_path);
   double load_seconds = 0;
-  std::vector<moerl::model::BpeTokenizer> fresh;  // one per cold repetition, loaded outside the timing
+  std::vector<moerl::text::BpeTokenizer> fresh;  // one per cold repetition, loaded outside the timing
   for (int r = 0; r < repetitions + 1; ++r) {
     const auto start = Clock::now();
-    fresh.push_back(moerl::model::BpeTokenizer::from_json(json, tokenizer_path));
+    fresh.push_back(moerl::text::BpeTokenizer::from_json(json, tokenizer_path));
     load_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   }
-  const moerl::model::BpeTokenizer& bpe = fresh.back();
-  const moerl::model::ByteTokenizer bytes_tokenizer;
+  const moerl::text::BpeTokenizer& bpe = fresh.back();
+  const moerl::text::ByteTokenizer bytes_tokenizer;
 
   std::vector<std::int64_t> ids, byte_ids, paragraph_ids;
   const double byte_encode = best_seconds(repetitions, [&] { byte_ids = bytes_tokenizer.encode(text); });

@@ -41,12 +41,13 @@
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/config/config.h"
 #include "moerl/core/json_value.h"
-#include "moerl/learner/roles.h"
+#include "moerl/app/roles.h"
 #include "moerl/model/policy.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
 #include "moerl/runtime/world.h"
+#include "moerl/setup/config_loading.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/sync/weight_sync.h"
 #include "moerl/telemetry/metrics.h"
@@ -195,7 +196,7 @@ PhaseResult run_phase(const moerl::config::Config& config, const std::string& in
     moerl::runtime::StopCoordinator stop(mailbox);
     MPI_Barrier(MPI_COMM_WORLD);
     const double started = now_s();
-    const int status = moerl::learner::run_role(config, world, mailbox, stop, init_path, "");
+    const int status = moerl::app::run_role(config, world, mailbox, stop, init_path, "");
     if (status != 0) throw moerl::Error("bench e2e: rank " + std::to_string(rank) + " ended its role with " + std::to_string(status));
     wall = now_s() - started;
     MPI_Barrier(MPI_COMM_WORLD);
@@ -303,7 +304,7 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const E2eArgs args = parse_args(options.args, options.quick);
-  const moerl::config::Config base = moerl::config::load_config_file(args.run.config_path, args.run.overrides);
+  const moerl::config::Config base = moerl::setup::load_config_file(args.run.config_path, args.run.overrides);
   moerl::config::check_world_size(base, size);
 
   moerl::bench::BenchReport report;

@@ -14,12 +14,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstring>
 #include <climits>
 #include <numeric>
 #include <vector>
 
 #include "moerl/bench/registry.h"
 #include "moerl/comm/mpi_communicator.h"
+#include "moerl/core/check.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
 #include "moerl/storage/checksum.h"
@@ -122,28 +124,31 @@ moerl::bench::BenchCase publication_case(moerl::comm::Communicator& comm, size_t
   return c;
 }
 
-// Bucket CRC-32C (three streams) against the single-stream hardware CRC.
+// Bucket CRC-32C (ISA-L) against a memcpy of the same bytes: both are one
+// pass over memory, so the ratio says how close the checksum comes to the
+// memory bound.
 moerl::bench::BenchCase checksum_case(size_t bytes_total, int repetitions) {
-  std::vector<std::uint8_t> bytes(bytes_total);
+  std::vector<std::uint8_t> bytes(bytes_total), copy(bytes_total);
   std::iota(bytes.begin(), bytes.end(), std::uint8_t{7});
-  double best_fast = 1e30, best_single = 1e30;
-  std::uint32_t sink = 0;
+  double best_crc = 1e30, best_copy = 1e30;
+  const std::uint32_t first = moerl::storage::crc32c(bytes.data(), bytes.size());
   for (int r = 0; r < repetitions; ++r) {
     double t = now_s();
-    sink ^= moerl::storage::crc32c(bytes.data(), bytes.size());
-    best_fast = std::min(best_fast, now_s() - t);
+    const std::uint32_t crc = moerl::storage::crc32c(bytes.data(), bytes.size());
+    best_crc = std::min(best_crc, now_s() - t);
+    MOERL_CHECK(crc == first, "checksum benchmark: CRC-32C of the same bytes changed");
     t = now_s();
-    sink ^= moerl::storage::crc32c_one_stream(bytes.data(), bytes.size());
-    best_single = std::min(best_single, now_s() - t);
+    std::memcpy(copy.data(), bytes.data(), bytes_total);
+    best_copy = std::min(best_copy, now_s() - t);
   }
-  MOERL_CHECK(sink == 0, "bucket CRC-32C and storage CRC-32C disagree");
+  MOERL_CHECK(copy == bytes, "checksum benchmark: the copy differs");
   const double gigabytes = static_cast<double>(bytes_total) / 1e9;
   moerl::bench::BenchCase c;
   c.name = "checksum";
-  c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)},
-              {"accelerated", moerl::storage::crc32c_hardware_available()}};
-  c.metrics = {{"GB_per_s", gigabytes / best_fast}};
-  c.baseline = {{"GB_per_s", gigabytes / best_single}};
+  c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)}, {"implementation", std::string("ISA-L crc32_iscsi")},
+              {"baseline", std::string("memcpy")}};
+  c.metrics = {{"GB_per_s", gigabytes / best_crc}};
+  c.baseline = {{"GB_per_s", gigabytes / best_copy}};
   c.ratio_metric = "GB_per_s";
   return c;
 }

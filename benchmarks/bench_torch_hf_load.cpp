@@ -17,7 +17,7 @@
 #include "moerl/bench/timing.h"
 #include "moerl/core/error.h"
 #include "moerl/hf/hf_weights.h"
-#include "moerl/hf/policy_loader.h"
+#include "moerl/model/hf_policy_loader.h"
 #include "moerl/hf/safetensors.h"
 
 namespace {
@@ -100,9 +100,9 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
                                      std::pair<const char*, fs::path>{"bf16 files -> float32", bf16_dir}}) {
       std::uint64_t file_bytes = 0;
       const double read_s = best_seconds(repetitions, [&] { file_bytes = read_all(dir, buffer); });
-      moerl::hf::LoadStats stats;
+      moerl::model::HfLoadStats stats;
       const double load_s = best_seconds(repetitions, [&] {
-        stats = moerl::hf::load_hf_weights(*target, dir.string(), moerl::hf::Architecture::Mixtral);
+        stats = moerl::model::load_hf_weights(*target, dir.string(), moerl::hf::Architecture::Mixtral);
       });
       moerl::bench::BenchCase c;
       c.name = std::string("load ") + label;

@@ -31,6 +31,7 @@
 #include "moerl/core/error.h"
 #include "moerl/model/kv_cache.h"
 #include "moerl/model/policy.h"
+#include "moerl/setup/config_loading.h"
 #include "bench_args.h"
 #include "bench_policy.h"
 
@@ -159,7 +160,7 @@ BenchCase kv_case(model::Policy& policy, std::int64_t rows, std::int64_t length,
 
 BenchReport run(const BenchOptions& options) {
   const KvArgs args = parse_args(options.args, options.quick);
-  const config::Config config = config::load_config_file(args.policy.config_path, args.policy.overrides);
+  const config::Config config = setup::load_config_file(args.policy.config_path, args.policy.overrides);
   torch::NoGradGuard no_grad;
   model::Policy policy = make_bench_policy(config, args.policy.init_path, "bench kv");
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed) + 7);

@@ -22,7 +22,8 @@
 #include "moerl/config/config.h"
 #include "moerl/bench/timing.h"
 #include "moerl/model/policy.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/setup/config_loading.h"
+#include "moerl/text/tokenizer.h"
 #include "moerl/rollout/generation_engine.h"
 
 namespace moerl::bench {
@@ -72,9 +73,9 @@ double flops_per_token(model::Policy& policy, double ctx) {
 }
 
 std::vector<std::int64_t> make_prompt(std::int64_t len, std::int64_t salt) {
-  std::vector<std::int64_t> t{model::SpecialTokens::kBos, model::SpecialTokens::kUser};
+  std::vector<std::int64_t> t{text::SpecialTokens::kBos, text::SpecialTokens::kUser};
   for (std::int64_t i = 0; static_cast<std::int64_t>(t.size()) < len - 1; ++i) t.push_back(32 + (i * 31 + salt * 7) % 90);
-  t.push_back(model::SpecialTokens::kAssistant);
+  t.push_back(text::SpecialTokens::kAssistant);
   return t;
 }
 
@@ -187,7 +188,7 @@ model::Policy rollout_policy(const BenchOptions& options, RolloutSizes& sizes) {
     args.overrides.push_back("model.source=" + args.init_path);
     args.init_path.clear();
   }
-  const config::Config config = config::load_config_file(args.config_path, args.overrides);
+  const config::Config config = setup::load_config_file(args.config_path, args.overrides);
   return make_bench_policy(config, args.init_path, "bench rollout");
 }
 

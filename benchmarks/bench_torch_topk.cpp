@@ -34,13 +34,14 @@
 #include "moerl/bench/registry.h"
 #include "moerl/bench/timing.h"
 #include "moerl/config/config.h"
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 #include "moerl/env/task_family.h"
 #include "moerl/env/task_mix.h"
 #include "moerl/hf/hf_config.h"
-#include "moerl/hf/policy_loader.h"
+#include "moerl/model/hf_policy_loader.h"
 #include "moerl/learner/pretrain.h"
-#include "moerl/model/episode_format.h"
+#include "moerl/setup/config_loading.h"
+#include "moerl/text/episode_format.h"
 #include "moerl/rollout/generation_engine.h"
 
 namespace moerl::bench {
@@ -114,7 +115,7 @@ std::vector<HeldOutTask> held_out_tasks(const config::Config& config, std::int64
 }
 
 // The actor's engine settings, routing with k experts.
-rollout::EngineOptions engine_options(const config::Config& config, const model::EpisodeFormat& format,
+rollout::EngineOptions engine_options(const config::Config& config, const text::EpisodeFormat& format,
                                       std::int64_t k) {
   rollout::EngineOptions options;
   options.format = format;
@@ -128,7 +129,7 @@ rollout::EngineOptions engine_options(const config::Config& config, const model:
 // actor does (prompt layout, stop rule, the context budget ending the
 // episode); returns successes per family.
 std::map<std::string, std::int64_t> play_held_out(model::Policy& policy, const config::Config& config,
-                                                  const model::EpisodeFormat& format, std::int64_t k,
+                                                  const text::EpisodeFormat& format, std::int64_t k,
                                                   const std::vector<HeldOutTask>& tasks) {
   rollout::GenerationEngine engine(policy, engine_options(config, format, k));
   rollout::SamplingParams sampling;
@@ -257,7 +258,7 @@ std::string trade_off_table(const std::vector<KResult>& results, const KResult& 
 
 BenchReport run_topk_bench(const BenchOptions& options) {
   const TopkArgs args = parse_args(options.args);
-  const config::Config config = config::load_config_file(args.policy.config_path, args.policy.overrides);
+  const config::Config config = setup::load_config_file(args.policy.config_path, args.policy.overrides);
   MOERL_CHECK(config.moe.enabled, "bench topk: the model has no MoE layers (moe.enabled = false)");
   const std::vector<std::int64_t> ks = resolve_ks(args.ks, config.moe);
   const std::int64_t episodes =
@@ -265,7 +266,7 @@ BenchReport run_topk_bench(const BenchOptions& options) {
   const std::int64_t steps = options.quick ? 8 : 256, warmup = options.quick ? 2 : 4;
   torch::NoGradGuard no_grad;
   model::Policy policy = make_bench_policy(config, args.policy.init_path, "bench topk");
-  const model::EpisodeFormat format = model::make_episode_format(config.model, config.chat);
+  const text::EpisodeFormat format = text::make_episode_format(config.model, config.chat);
   const std::vector<HeldOutTask> tasks = held_out_tasks(config, episodes);
 
   // Decode timing: an actor's batch, each session on a held-out task statement.

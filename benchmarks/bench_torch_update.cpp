@@ -33,11 +33,12 @@
 #include "moerl/bench/registry.h"
 #include "moerl/bench/timing.h"
 #include "moerl/comm/mpi_communicator.h"
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 #include "moerl/core/json_writer.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/learner.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/setup/config_loading.h"
+#include "moerl/text/tokenizer.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
 #include "moerl/runtime/world.h"
@@ -89,7 +90,7 @@ config::Config update_config(const PolicyBenchArgs& args, const std::string& scr
                         "rollout.eval_episodes=0", "optim.warmup_steps=0"})
     overrides.push_back(o);
   overrides.push_back("run.output_dir=" + scratch_dir);
-  return config::load_config_file(args.config_path, overrides);
+  return setup::load_config_file(args.config_path, overrides);
 }
 
 // A multi-turn episode of about 190 tokens, as an actor sends it: a task
@@ -98,7 +99,7 @@ config::Config update_config(const PolicyBenchArgs& args, const std::string& scr
 // behaviour log-probs are filled in later from the policy itself.
 rollout::Trajectory synthetic_episode(std::mt19937_64& random, std::uint64_t group, std::uint64_t index,
                                       std::int64_t turn_tokens, std::int64_t vocab) {
-  using model::SpecialTokens;
+  using text::SpecialTokens;
   rollout::Trajectory t;
   t.group_id = group;
   t.episode_id = (group << 16) | index;

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "moerl/bench/timing.h"
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::bench {
 

@@ -15,6 +15,8 @@ PACKAGES=(
   python3-matplotlib           # learning-curve plots of moerl bench algos (scripts/plot_curves.py)
   slurm-wlm munge              # the Slurm tests (label slurm) start their own slurmctld/slurmd
   libcpp-httplib-dev           # learner 0's Prometheus /metrics endpoint
+  libisal-dev                  # CRC-32C of checkpoints and weight-sync buckets (ISA-L's crc32_iscsi)
+  clang-format                 # cli.format checks that every C++ file follows .clang-format
   prometheus                   # promtool for the alert-rule tests; the scrape test starts its own server
   chromium                     # headless browser: cli.report checks that moerl report's page renders
 )

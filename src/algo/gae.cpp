@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::algo {
 

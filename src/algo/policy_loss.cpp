@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "moerl/algo/token_batch.h"
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::algo {
 

@@ -2,7 +2,7 @@
 
 #include "moerl/algo/token_batch.h"
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::algo {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::algo {
 

@@ -17,6 +17,8 @@
 
 #include "checkpoint_command.h"
 #include "moerl/config/config_error.h"
+#include "moerl/core/error.h"
+#include "moerl/learner/evaluation_record.h"
 #include "moerl/storage/checkpoint_store.h"
 
 namespace moerl::app {
@@ -68,6 +70,21 @@ std::string latest_summary(const storage::LatestPointer& pointer, const std::vec
   return listed ? label : label + " (no such version on disk)";
 }
 
+// "sort=62% guess=73%" from the version's held-out evaluation ([eval]
+// every_steps), "-" when it has none, "unreadable" when its record is damaged.
+std::string held_out_summary(const CheckpointStore& store, std::int64_t version) {
+  try {
+    const std::optional<learner::EvaluationRecord> record = learner::read_evaluation(store.directory(), version);
+    if (!record) return "-";
+    std::vector<std::string> parts;
+    for (const auto& [family, score] : record->sampled)
+      parts.push_back(family + "=" + std::to_string(static_cast<int>(std::lround(100 * score.success_rate()))) + "%");
+    return parts.empty() ? "-" : join(parts, " ");
+  } catch (const Error&) {
+    return "unreadable";
+  }
+}
+
 int run_list(const CheckpointStore& store) {
   const storage::LatestPointer pointer = store.latest_pointer();
   const auto infos = store.list();
@@ -77,8 +94,8 @@ int run_list(const CheckpointStore& store) {
     std::cout << "\n";
     return 0;
   }
-  std::printf("%-9s %-8s %-7s %-6s %-6s %-10s %-8s %-20s %s\n", "version", "step", "policy", "latest", "shards",
-              "size", "status", "tags", "metrics at save");
+  std::printf("%-9s %-8s %-7s %-6s %-6s %-10s %-8s %-20s %-28s %s\n", "version", "step", "policy", "latest",
+              "shards", "size", "status", "tags", "held-out success", "metrics at save");
   int invalid = 0;
   for (const auto& info : infos) {
     std::vector<std::string> metrics;
@@ -89,11 +106,13 @@ int run_list(const CheckpointStore& store) {
     }
     const std::string status = info.valid ? "valid" : info.complete ? "INVALID" : "partial";
     invalid += info.valid ? 0 : 1;
-    std::printf("%-9s %-8s %-7s %-6s %-6d %-10s %-8s %-20s %s\n", CheckpointStore::version_label(info.version).c_str(),
+    std::printf("%-9s %-8s %-7s %-6s %-6d %-10s %-8s %-20s %-28s %s\n",
+                CheckpointStore::version_label(info.version).c_str(),
                 info.learner_step >= 0 ? std::to_string(info.learner_step).c_str() : "?",
                 info.policy_version >= 0 ? std::to_string(info.policy_version).c_str() : "?",
                 info.is_latest ? "*" : "", info.num_shards, human_bytes(info.bytes).c_str(), status.c_str(),
-                info.tags.empty() ? "-" : join(info.tags, ",").c_str(), join(metrics, " ").c_str());
+                info.tags.empty() ? "-" : join(info.tags, ",").c_str(),
+                held_out_summary(store, info.version).c_str(), join(metrics, " ").c_str());
     if (!info.valid) std::printf("          ^ %s\n", info.problem.c_str());
   }
   std::printf("%zu version(s), %d not valid; latest: %s\n", infos.size(), invalid,

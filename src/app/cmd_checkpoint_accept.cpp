@@ -21,8 +21,10 @@
 
 #include "checkpoint_command.h"
 #include "moerl/core/error.h"
+#include "moerl/core/string_affixes.h"
 #include "moerl/learner/evaluation_record.h"
 #include "moerl/storage/checkpoint_store.h"
+#include "moerl/telemetry/metrics_file.h"
 
 namespace moerl::app {
 namespace {
@@ -40,18 +42,10 @@ struct Check {
 
 // The last metrics line at or before `step` (a resumed run writes the steps after its checkpoint again).
 std::optional<json> metrics_at(const std::string& path, std::int64_t step) {
-  std::ifstream in(path);
-  std::optional<json> found;
-  std::string line;
-  while (std::getline(in, line)) {
-    json parsed = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!parsed.is_object() || !parsed.contains("step")) continue;  // a line cut short by a crash
-    if (parsed["step"].get<std::int64_t>() <= step) found = std::move(parsed);
-  }
-  return found;
+  const std::optional<std::string> line = telemetry::last_metrics_line_through(path, step);
+  if (!line) return std::nullopt;
+  return json::parse(*line);
 }
-
-bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
 
 Check success_check(const std::string& store_dir, std::int64_t version, const std::map<std::string, std::int64_t>& tags) {
   Check c{"held-out success", "", "", false};
@@ -121,7 +115,7 @@ Check imbalance_check(const json& line, double limit) {
     if (rank.value("role", "") != "learner") continue;
     const json gauges = rank.value("gauges", json::object());
     for (const auto& [name, value] : gauges.items())
-      if (starts_with(name, "moe.layer.") && name.size() > 10 && name.substr(name.size() - 10) == ".imbalance" &&
+      if (starts_with(name, "moe.layer.") && ends_with(name, ".imbalance") &&
           value.get<double>() > worst) {
         worst = value.get<double>();
         where = name.substr(10, name.size() - 20);

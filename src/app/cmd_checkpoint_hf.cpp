@@ -15,6 +15,7 @@
 #include "checkpoint_command.h"
 #include "moerl/config/config.h"
 #include "moerl/hf/hf_weights.h"
+#include "moerl/setup/config_loading.h"
 #include "moerl/storage/checkpoint_store.h"
 
 namespace moerl::app {
@@ -35,7 +36,7 @@ int run_export_hf(const CheckpointStore& store, const CheckpointOptions& options
   // The run's resolved configuration decides the architecture (and, for an
   // hf: source, where the tokenizer files are).
   const config::Config config =
-      config::load_config_text(reader.string_attribute(storage::attribute_key::kConfigToml),
+      setup::load_config_text(reader.string_attribute(storage::attribute_key::kConfigToml),
                                store.directory() + "/" + label + " (config_toml)");
   const std::vector<hf::ParameterShape> shapes = hf::policy_parameter_shapes(config.model, config.moe);
   std::vector<storage::ArraySpec> expected;
@@ -66,7 +67,7 @@ int run_export_hf(const CheckpointStore& store, const CheckpointOptions& options
 }
 
 int run_import_hf(CheckpointStore& store, const CheckpointOptions& options) {
-  const config::Config config = config::load_config_file(options.config_path);
+  const config::Config config = setup::load_config_file(options.config_path);
   const std::string dir = hf::hf_directory(config.model.source);
   if (dir.empty()) throw storage::CheckpointError(options.config_path + ": [model] source is not an hf: directory");
   const std::int64_t version = std::stoll(options.version);

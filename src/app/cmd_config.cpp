@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "moerl/config/config.h"
 #include "moerl/config/schema.h"
+#include "moerl/setup/config_loading.h"
 
 namespace moerl::app {
 namespace {
@@ -44,7 +45,7 @@ int run_config(const ConfigOptions& options) {
     return 0;
   }
   try {
-    const config::Config loaded = config::load_config_file(options.config_path, options.overrides);
+    const config::Config loaded = setup::load_config_file(options.config_path, options.overrides);
     if (options.action == "show") {
       std::cout << config::to_toml(loaded);
       return 0;

@@ -8,13 +8,14 @@
 #include "moerl/env/external_environment.h"
 #include "moerl/env/task_family.h"
 #include "moerl/env/task_mix.h"
+#include "moerl/setup/config_loading.h"
 
 namespace moerl::app {
 
 int run_env_play(const EnvPlayOptions& options) {
   try {
     config::Config config;
-    if (!options.config_path.empty()) config = config::load_config_file(options.config_path, options.overrides);
+    if (!options.config_path.empty()) config = setup::load_config_file(options.config_path, options.overrides);
     env::TaskSpec task = env::make_task(config, options.family, options.seed);
     if (options.difficulty > 0) task.difficulty = options.difficulty;
     if (options.shaped) task.shaping = env::RewardShaping::Shaped;

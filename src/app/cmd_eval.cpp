@@ -25,10 +25,11 @@
 #include "commands.h"
 #include "moerl/config/config.h"
 #include "moerl/core/json_value.h"
-#include "moerl/hf/policy_loader.h"
+#include "moerl/model/hf_policy_loader.h"
 #include "moerl/learner/pretrain.h"
-#include "moerl/model/bpe_tokenizer.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/setup/config_loading.h"
+#include "moerl/text/bpe_tokenizer.h"
+#include "moerl/text/tokenizer.h"
 #include "moerl/storage/atomic_file.h"
 
 namespace moerl::app {
@@ -39,18 +40,18 @@ namespace fs = std::filesystem;
 // Text <-> ids for whichever tokenizer the model uses.
 struct TextCodec {
   std::string name;
-  std::optional<model::BpeTokenizer> bpe;
+  std::optional<text::BpeTokenizer> bpe;
   bool chat_layout = false;  // the built-in model: wrap the prompt as a user turn
   std::vector<std::int64_t> stop;  // ids that end the continuation
 
   std::vector<std::int64_t> encode(const std::string& text) const {
     if (bpe) return bpe->encode(text);
-    if (chat_layout) return model::render_chat({{model::Role::RoleUser, text}}, true).tokens;
-    return model::ByteTokenizer().encode(text);
+    if (chat_layout) return text::render_chat({{text::Role::RoleUser, text}}, true).tokens;
+    return text::ByteTokenizer().encode(text);
   }
   std::string decode(const std::vector<std::int64_t>& ids) const {
     if (bpe) return bpe->decode(ids);
-    return model::ByteTokenizer().decode(ids, /*skip_special=*/!chat_layout);
+    return text::ByteTokenizer().decode(ids, /*skip_special=*/!chat_layout);
   }
 };
 
@@ -125,7 +126,7 @@ std::vector<std::int64_t> generate(model::PolicyImpl& policy, const std::vector<
 
 int run_eval(const EvalOptions& options) {
   try {
-    const config::Config config = config::load_config_file(options.config_path, options.overrides);
+    const config::Config config = setup::load_config_file(options.config_path, options.overrides);
     set_compute_threads(options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency()));
     torch::manual_seed(static_cast<std::uint64_t>(options.seed));
     torch::NoGradGuard no_grad;
@@ -133,15 +134,15 @@ int run_eval(const EvalOptions& options) {
     model::Policy policy{nullptr};
     TextCodec codec;
     if (!dir.empty()) {
-      hf::LoadStats stats;
-      policy = hf::load_hf_policy(config, &stats);
+      model::HfLoadStats stats;
+      policy = model::load_hf_policy(config, &stats);
       std::printf("loaded %s (%s): %zu tensors, %.2f MiB from %zu file(s) in %.2f ms (%.2f GB/s)\n", dir.c_str(),
                   hf::architecture_class(hf::read_hf_model(dir).architecture), stats.tensors,
                   static_cast<double>(stats.bytes) / (1024.0 * 1024.0), stats.files, stats.seconds * 1e3,
                   static_cast<double>(stats.bytes) / stats.seconds / 1e9);
       const fs::path tokenizer = fs::path(dir) / "tokenizer.json";
       if (fs::exists(tokenizer)) {
-        codec.bpe = model::BpeTokenizer::from_file(tokenizer.string());
+        codec.bpe = text::BpeTokenizer::from_file(tokenizer.string());
         codec.name = tokenizer.string();
       } else {
         codec.name = "byte tokenizer (" + dir + " has no tokenizer.json)";
@@ -156,7 +157,7 @@ int run_eval(const EvalOptions& options) {
       }
       codec.chat_layout = true;
       codec.name = "byte tokenizer, chat layout";
-      codec.stop = {model::SpecialTokens::kEndOfTurn, model::SpecialTokens::kEos};
+      codec.stop = {text::SpecialTokens::kEndOfTurn, text::SpecialTokens::kEos};
     }
     policy->eval();
 

@@ -5,15 +5,16 @@
 
 #include "commands.h"
 #include "moerl/config/config.h"
-#include "moerl/learner/roles.h"
+#include "moerl/app/roles.h"
+#include "moerl/setup/config_loading.h"
 
 namespace moerl::app {
 
 int run_pretrain(const PretrainOptions& options) {
   try {
-    const config::Config config = config::load_config_file(options.config_path, options.overrides);
+    const config::Config config = setup::load_config_file(options.config_path, options.overrides);
     set_compute_threads(options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency()));
-    return learner::run_pretrain_command(config);
+    return run_pretrain_command(config);
   } catch (const config::ConfigError& error) {
     std::cerr << error.what() << "\n";
     return config::kConfigErrorExitStatus;

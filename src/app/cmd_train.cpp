@@ -14,10 +14,11 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "moerl/app/roles.h"
 #include "moerl/config/config.h"
-#include "moerl/core/blas_kernels.h"
 #include "moerl/config/fault_plan.h"
-#include "moerl/learner/roles.h"
+#include "moerl/core/blas_kernels.h"
+#include "moerl/core/check.h"
 #include "moerl/runtime/dry_run.h"
 #include "moerl/runtime/fault_tolerance.h"
 #include "moerl/runtime/heartbeat.h"
@@ -29,6 +30,7 @@
 #include "moerl/runtime/placement.h"
 #include "moerl/runtime/rank_record.h"
 #include "moerl/runtime/world.h"
+#include "moerl/setup/config_loading.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::app {
@@ -46,9 +48,9 @@ std::optional<config::Config> load_agreed_config(const TrainOptions& options, in
   std::optional<config::Config> loaded;
   std::string error;
   try {
-    loaded = config::load_config_file(options.config_path, overrides);
+    loaded = setup::load_config_file(options.config_path, overrides);
     config::check_world_size(*loaded, size);
-    config::check_episode_format(*loaded);
+    setup::check_episode_format(*loaded);
   } catch (const config::ConfigError& e) {
     error = e.what();
     loaded.reset();
@@ -204,7 +206,7 @@ int run_roles(const config::Config& config, const TrainOptions& options, const r
   if (!options.dry_run) {
     runtime::StopCoordinator stop(mailbox);
     const int status =
-        learner::run_role(config, world, mailbox, stop, options.init_path, options.resume, &heartbeat);
+        run_role(config, world, mailbox, stop, options.init_path, options.resume, &heartbeat);
     heartbeat.stop_watching();
     return finish_job(world, mailbox, heartbeat, config.cluster.shutdown_timeout_s, status);
   }

@@ -11,6 +11,7 @@
 #include "checkpoint_command.h"
 #include "commands.h"
 #include "moerl/core/blas_kernels.h"
+#include "moerl/setup/config_loading.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 #include "moerl/bench/registry.h"
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::bench {
 namespace {

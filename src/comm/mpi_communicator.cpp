@@ -2,6 +2,7 @@
 
 #include <climits>
 
+#include "moerl/core/check.h"
 #include "moerl/runtime/fault_tolerance.h"
 
 namespace moerl::comm {

@@ -1,25 +1,19 @@
 // Compiled only when MOERL_WITH_CUDA (see src/CMakeLists.txt).
 #include "moerl/comm/nccl_communicator.h"
 
+#include "moerl/core/check.h"
+
 #ifdef MOERL_WITH_CUDA
 
 namespace moerl::comm {
 namespace {
 
-void check_cuda(cudaError_t status, const char* operation, const char* file, int line) {
-  if (status != cudaSuccess) throw BackendError("CUDA", operation, cudaGetErrorString(status), file, line);
-}
-
-void check_nccl(ncclResult_t status, const char* operation, const char* file, int line) {
+// A NCCL error found after the call that caused it (ncclCommGetAsyncError).
+void check_async_nccl(ncclResult_t status, const std::string& operation) {
   if (status == ncclSuccess) return;
-  std::string detail = ncclGetErrorString(status);
-  if (status == ncclSystemError || status == ncclRemoteError)
-    detail += " (set NCCL_DEBUG=INFO to see which peer or link failed)";
-  throw BackendError("NCCL", operation, detail, file, line);
+  const bool peer = status == ncclSystemError || status == ncclRemoteError;
+  throw_backend_failure(__FILE__, __LINE__, "NCCL", operation, ncclGetErrorString(status), peer ? kNcclDebugHint : "");
 }
-
-#define MOERL_CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__)
-#define MOERL_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
 
 ncclDataType_t nccl_type(DataType type) {
   switch (type) {
@@ -43,10 +37,10 @@ class NcclRequest : public CommRequest {
   bool test() override {
     const cudaError_t status = cudaEventQuery(event_);
     if (status == cudaSuccess) return true;
-    if (status != cudaErrorNotReady) check_cuda(status, "cudaEventQuery", __FILE__, __LINE__);
+    if (status != cudaErrorNotReady) throw_backend_failure(__FILE__, __LINE__, "CUDA", "cudaEventQuery", cudaGetErrorString(status));
     ncclResult_t async_error = ncclSuccess;
     MOERL_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async_error));
-    check_nccl(async_error, what_.c_str(), __FILE__, __LINE__);
+    check_async_nccl(async_error, what_);
     return false;
   }
   std::string describe() const override { return what_; }

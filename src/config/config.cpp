@@ -14,8 +14,6 @@
 
 #include "moerl/config/schema.h"
 #include "moerl/core/hash.h"
-#include "moerl/hf/hf_config.h"
-#include "moerl/model/episode_format.h"
 
 namespace moerl::config {
 
@@ -104,7 +102,7 @@ class Loader {
  public:
   Loader(std::string source_name) { config_.source_path = std::move(source_name); }
 
-  Config load(toml::table& root, const std::vector<std::string>& overrides) {
+  Config load(toml::table& root, const std::vector<std::string>& overrides, const ConfigResolvers& resolvers) {
     for (const std::string& item : overrides) apply_override(root, item);
     for (auto&& [name, node] : root) read_section(std::string(name.str()), node);
     // Tables iterate in key order; report in file order instead.
@@ -113,14 +111,11 @@ class Loader {
     };
     std::stable_sort(issues_.begin(), issues_.end(),
                      [&order](const ConfigIssue& a, const ConfigIssue& b) { return order(a) < order(b); });
-    // [model] source = "hf:DIR": DIR/config.json sets the architecture keys.
-    try {
-      hf::apply_hf_source(config_);
-    } catch (const hf::HfConfigError& error) {
-      issues_.push_back(config_.issue("model.source", error.what()));
-    }
+    // [model] source = "hf:DIR": DIR/config.json sets the architecture keys,
+    // which the cross-field checks then judge.
+    if (resolvers.apply_model_source) append(resolvers.apply_model_source(config_));
     check_cross_field();
-    check_chat();
+    if (resolvers.check_chat && !model_or_chat_failed()) append(resolvers.check_chat(config_));
     if (!issues_.empty()) throw ConfigError(issues_);
     return std::move(config_);
   }
@@ -359,19 +354,15 @@ class Loader {
                 "routing) or rollout.moe_top_k = 0");
   }
 
-  // [chat]: building the episode format loads the tokenizer and checks the
-  // layout against it and the model's vocabulary. Skipped when a [model]
-  // or [chat] key already failed (nothing sound to check, or the same fault twice).
-  void check_chat() {
+  // [chat] is checked against the tokenizer only when no [model] or [chat]
+  // key failed (nothing sound to check, or the same fault twice).
+  bool model_or_chat_failed() const {
     for (const ConfigIssue& issue : issues_)
-      if (issue.key.rfind("model.", 0) == 0 || issue.key.rfind("chat.", 0) == 0) return;
-    if (model::episode_format_undecided(config_.model, config_.chat)) return;
-    try {
-      model::make_episode_format(config_.model, config_.chat);
-    } catch (const model::EpisodeFormatError& error) {
-      issues_.push_back(config_.issue(error.key(), error.what()));
-    }
+      if (issue.key.rfind("model.", 0) == 0 || issue.key.rfind("chat.", 0) == 0) return true;
+    return false;
   }
+
+  void append(const std::vector<ConfigIssue>& more) { issues_.insert(issues_.end(), more.begin(), more.end()); }
 
   Config config_;
   std::vector<ConfigIssue> issues_;
@@ -381,7 +372,7 @@ class Loader {
 }  // namespace
 
 Config load_config_text(const std::string& text, const std::string& source_name,
-                        const std::vector<std::string>& overrides) {
+                        const std::vector<std::string>& overrides, const ConfigResolvers& resolvers) {
   Loader loader(source_name);
   toml::table root;
   try {
@@ -389,7 +380,7 @@ Config load_config_text(const std::string& text, const std::string& source_name,
   } catch (const toml::parse_error& error) {
     loader.add_parse_error(error);
   }
-  return loader.load(root, overrides);
+  return loader.load(root, overrides, resolvers);
 }
 
 namespace {
@@ -414,8 +405,9 @@ std::string read_config_file(const std::string& path) {
 
 }  // namespace
 
-Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
-  return load_config_text(read_config_file(path), path, overrides);
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides,
+                        const ConfigResolvers& resolvers) {
+  return load_config_text(read_config_file(path), path, overrides, resolvers);
 }
 
 void check_world_size(const Config& config, int world_size) {
@@ -436,17 +428,6 @@ void check_world_size(const Config& config, int world_size) {
       break;
     }
   throw ConfigError({config.issue(key, message.str())});
-}
-
-void check_episode_format(const Config& config) {
-  // Every other layout fault was found when the file loaded (check_chat);
-  // only "auto" without a tokenizer is left, and it fails before any file is read.
-  if (!model::episode_format_undecided(config.model, config.chat)) return;
-  try {
-    model::make_episode_format(config.model, config.chat);
-  } catch (const model::EpisodeFormatError& error) {
-    throw ConfigError({config.issue(error.key(), error.what())});
-  }
 }
 
 std::string to_toml(const Config& config) {

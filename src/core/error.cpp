@@ -1,4 +1,4 @@
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 #include <mpi.h>
 
@@ -32,8 +32,9 @@ std::string located_message(const char* file, int line, const std::string& messa
 }
 
 BackendError::BackendError(const std::string& backend, const std::string& operation,
-                           const std::string& detail, const char* file, int line)
-    : Error(located_message(file, line, backend + " call " + operation + " failed: " + detail)),
+                           const std::string& detail, const char* file, int line, const std::string& hint)
+    : Error(located_message(file, line,
+                            backend + " call " + operation + " failed: " + detail + (hint.empty() ? "" : "; " + hint))),
       backend_(backend) {}
 
 void throw_check_failure(const char* file, int line, const char* condition,
@@ -46,6 +47,11 @@ void throw_mpi_failure(const char* file, int line, const char* operation, int co
   int length = 0;
   MPI_Error_string(code, text, &length);
   throw BackendError("MPI", operation, std::string(text, length), file, line);
+}
+
+void throw_backend_failure(const char* file, int line, const char* backend, const std::string& operation,
+                           const std::string& detail, const std::string& hint) {
+  throw BackendError(backend, operation, detail, file, line, hint);
 }
 
 }  // namespace moerl

@@ -275,7 +275,7 @@ JsonValue JsonArray::operator[](std::size_t index) const {
   return JsonValue(std::shared_ptr<const json>(array_, &(*array_)[index]));
 }
 
-std::pair<const std::string&, JsonValue> JsonObject::member(std::size_t index) const {
+std::pair<const std::string&, JsonValue> JsonObject::element(std::size_t index) const {
   const auto& [key, value] = members_[index];
   return {*key, JsonValue(std::shared_ptr<const json>(document_, value))};
 }

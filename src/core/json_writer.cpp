@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl {
 

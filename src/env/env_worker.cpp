@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "moerl/core/check.h"
 #include "moerl/runtime/lost_ranks.h"
 
 namespace moerl::env {

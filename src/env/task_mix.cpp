@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::env {
 namespace {

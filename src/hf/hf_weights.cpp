@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "moerl/core/string_affixes.h"
 #include "moerl/hf/safetensors.h"
 #include "moerl/storage/atomic_file.h"
 
@@ -14,10 +15,6 @@ namespace moerl::hf {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";

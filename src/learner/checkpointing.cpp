@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "moerl/config/config.h"
+#include "moerl/core/check.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/storage/archive.h"
 #include "moerl/storage/checkpoint_store.h"

@@ -6,7 +6,9 @@
 
 #include "moerl/core/json_value.h"
 #include "moerl/runtime/job_control.h"
+#include "moerl/runtime/metrics_report.h"
 #include "moerl/telemetry/metrics.h"
+#include "moerl/telemetry/resident_memory.h"
 
 namespace moerl::learner {
 namespace {
@@ -91,9 +93,9 @@ void Coordinator::take_messages(double now) {
     take_episode(message->first, std::move(message->second), now);
   }
   for (;;) {
-    std::optional<std::pair<int, telemetry::MetricsReport>> report;
+    std::optional<std::pair<int, runtime::MetricsReport>> report;
     try {
-      report = mailbox_.try_receive<telemetry::MetricsReport>();
+      report = mailbox_.try_receive<runtime::MetricsReport>();
     } catch (const runtime::MessageError& error) {
       drop_malformed(error, false);
       continue;

@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "moerl/learner/coordinator.h"
-#include "moerl/telemetry/metrics_report.h"
+#include "moerl/telemetry/resident_memory.h"
 #include "moerl/telemetry/prometheus_text.h"
 
 namespace moerl::learner {

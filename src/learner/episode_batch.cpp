@@ -1,6 +1,6 @@
 #include "moerl/learner/episode_batch.h"
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::learner {
 

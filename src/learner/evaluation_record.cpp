@@ -4,65 +4,39 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "moerl/core/error.h"
+#include "moerl/core/json_value.h"
+#include "moerl/core/json_writer.h"
 #include "moerl/storage/atomic_file.h"
 
 namespace moerl::learner {
-namespace {
-
-using nlohmann::json;
-
-json scores_json(const ScoreTable& table) {
-  json out = json::object();
-  for (const auto& [family, s] : table) {
-    const Interval ci = s.success_interval();
-    out[family] = {{"success", s.success_rate()}, {"ci_low", ci.low},          {"ci_high", ci.high},
-                   {"episodes", s.episodes},      {"successes", s.successes}, {"reward", s.mean_reward()},
-                   {"env_failures", s.env_failures}};
-  }
-  return out;
-}
-
-ScoreTable scores_from(const json& object) {
-  ScoreTable table;
-  for (const auto& [family, s] : object.items()) {
-    FamilyScore score;
-    score.episodes = s.at("episodes").get<int>();
-    score.successes = s.at("successes").get<int>();
-    score.env_failures = s.value("env_failures", 0);
-    score.reward = s.value("reward", 0.0) * score.episodes;
-    table[family] = score;
-  }
-  return table;
-}
-
-}  // namespace
-
 std::string EvaluationRecord::to_json() const {
-  json out = {{"version", version},
-              {"versions_played", {lowest_version, highest_version}},
-              {"temperature", temperature},
-              {"sampled", scores_json(sampled)},
-              {"greedy", scores_json(greedy)}};
-  return out.dump(2) + "\n";
+  JsonWriter json;
+  json.begin_object().key("version").value(version);
+  json.key("versions_played").begin_array().value(lowest_version).value(highest_version).end_array();
+  json.key("temperature").value(temperature).key("sampled");
+  write_scores(json, sampled);
+  json.key("greedy");
+  write_scores(json, greedy);
+  json.end_object();
+  return json.str() + "\n";
 }
 
 EvaluationRecord EvaluationRecord::from_json(const std::string& text, const std::string& what) {
   try {
-    const json in = json::parse(text);
+    const JsonValue in = JsonValue::parse(text);
     EvaluationRecord r;
-    r.version = in.at("version").get<std::int64_t>();
-    if (in.contains("versions_played")) {
-      r.lowest_version = in["versions_played"].at(0).get<std::int64_t>();
-      r.highest_version = in["versions_played"].at(1).get<std::int64_t>();
-    }
-    r.temperature = in.value("temperature", 0.0);
-    r.sampled = scores_from(in.at("sampled"));
-    if (in.contains("greedy")) r.greedy = scores_from(in["greedy"]);
+    r.version = static_cast<std::int64_t>(in.at("version").as_number());
+    const JsonArray played = in.at("versions_played").as_array();
+    if (played.size() != 2) throw Error("versions_played must hold two versions");
+    r.lowest_version = static_cast<std::int64_t>(played[0].as_number());
+    r.highest_version = static_cast<std::int64_t>(played[1].as_number());
+    r.temperature = in.at("temperature").as_number();
+    r.sampled = read_scores(in.at("sampled"));
+    r.greedy = read_scores(in.at("greedy"));
     return r;
-  } catch (const json::exception& error) {
+  } catch (const Error& error) {
     throw Error(what + ": not an evaluation record: " + error.what());
   }
 }

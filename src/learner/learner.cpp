@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "moerl/core/check.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/runtime/job_control.h"

@@ -9,11 +9,12 @@
 #include <utility>
 #include <vector>
 
+#include "moerl/core/check.h"
 #include "moerl/core/hash.h"
 #include "moerl/env/task_family.h"
 #include "moerl/env/task_mix.h"
 #include "moerl/learner/lr_schedule.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/text/tokenizer.h"
 
 namespace moerl::learner {
 namespace {
@@ -21,20 +22,20 @@ namespace {
 // Demonstration seeds: a range that neither RL training nor evaluation uses.
 constexpr std::uint64_t kDemoSeedBase = 1ull << 41;
 
-model::RenderedChat demonstration(const config::Config& config, std::uint64_t index) {
+text::RenderedChat demonstration(const config::Config& config, std::uint64_t index) {
   const std::string family = env::pick_family(config, mix64(index + 17));
   MOERL_CHECK(family != "external", "pretraining needs built-in families (the external family has no local expert)");
   const env::TaskSpec task = env::make_task(config, family, kDemoSeedBase + index);
   auto session = env::make_builtin_environment(family);
-  std::vector<model::ChatMessage> messages;
-  messages.push_back({model::Role::RoleUser, session->open(task)});
+  std::vector<text::ChatMessage> messages;
+  messages.push_back({text::Role::RoleUser, session->open(task)});
   for (std::uint64_t turn = 0; !session->done(); ++turn) {
     const std::string action = session->expert_action(config.pretrain.expert_error_rate, mix64(index * 1000 + turn));
-    messages.push_back({model::Role::RoleAssistant, action});
+    messages.push_back({text::Role::RoleAssistant, action});
     const env::StepResult result = session->step(action);
-    if (!result.done) messages.push_back({model::Role::RoleUser, result.observation});
+    if (!result.done) messages.push_back({text::Role::RoleUser, result.observation});
   }
-  return model::render_chat(messages);
+  return text::render_chat(messages);
 }
 
 }  // namespace
@@ -46,10 +47,10 @@ std::string base_policy_path(const config::Config& config) {
 PretrainReport pretrain(const config::Config& config, model::Policy policy, int log_every) {
   const auto started = std::chrono::steady_clock::now();
   PretrainReport report;
-  std::vector<model::RenderedChat> demos;
+  std::vector<text::RenderedChat> demos;
   const std::int64_t budget = config.rollout.max_tokens_per_episode;
   for (std::int64_t i = 0; i < config.pretrain.episodes; ++i) {
-    model::RenderedChat chat = demonstration(config, static_cast<std::uint64_t>(i));
+    text::RenderedChat chat = demonstration(config, static_cast<std::uint64_t>(i));
     if (static_cast<std::int64_t>(chat.tokens.size()) > budget) continue;  // the actors could not hold it either
     report.tokens += static_cast<std::int64_t>(chat.tokens.size());
     demos.push_back(std::move(chat));
@@ -69,13 +70,13 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
   double recent_loss = 0, recent_accuracy = 0;
   int recent = 0;
   for (std::int64_t step = 0; step < config.pretrain.steps; ++step) {
-    std::vector<const model::RenderedChat*> chosen;
+    std::vector<const text::RenderedChat*> chosen;
     for (size_t i = 0; i < batch; ++i) chosen.push_back(&demos[(cursor + i) % demos.size()]);
     cursor = (cursor + batch) % demos.size();
     std::int64_t longest = 0;
     for (const auto* c : chosen) longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(c->tokens.size()) - 1);
     const auto b = static_cast<std::int64_t>(chosen.size());
-    torch::Tensor inputs = torch::full({b, longest}, model::SpecialTokens::kPad, torch::kInt64);
+    torch::Tensor inputs = torch::full({b, longest}, text::SpecialTokens::kPad, torch::kInt64);
     torch::Tensor lengths = torch::empty({b}, torch::kInt64);
     std::vector<std::int64_t> targets;
     std::vector<float> mask;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 #include "moerl/model/kv_cache.h"
 #include "moerl/model/rotary.h"
 

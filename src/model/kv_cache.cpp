@@ -1,5 +1,6 @@
 #include "moerl/model/kv_cache.h"
 
+#include "moerl/core/check.h"
 #include "moerl/model/attention.h"
 
 #include <algorithm>

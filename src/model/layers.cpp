@@ -1,7 +1,7 @@
 // The weight-light building blocks of the policy: RMSNorm, rotary position
 // embedding and the dense SwiGLU feed-forward.
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 #include "moerl/model/feed_forward.h"
 #include "moerl/model/rms_norm.h"
 #include "moerl/model/rotary.h"

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 #include "moerl/model/policy.h"
 
 namespace moerl::model {

@@ -3,18 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
+#include "moerl/core/string_affixes.h"
 #include "moerl/hf/hf_weights.h"
 
 namespace moerl::model {
-
-namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-}  // namespace
 
 torch::Tensor PolicyOutput::unpack(const torch::Tensor& packed, double fill) const {
   MOERL_CHECK(packed.dim() >= 1 && packed.size(0) == token_index.size(0),

@@ -6,16 +6,17 @@
 #include <cmath>
 #include <thread>
 
+#include "moerl/core/check.h"
 #include "moerl/core/hash.h"
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics.h"
-#include "moerl/telemetry/metrics_report.h"
+#include "moerl/runtime/metrics_report.h"
 
 namespace moerl::rollout {
 namespace {
 
-EngineOptions engine_options(const config::Config& config, const model::EpisodeFormat& format) {
+EngineOptions engine_options(const config::Config& config, const text::EpisodeFormat& format) {
   EngineOptions options;
   options.format = format;
   options.context_budget = config.rollout.max_tokens_per_episode;
@@ -68,7 +69,7 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
     : config_(config),
       world_(world),
       mailbox_(mailbox),
-      format_(model::make_episode_format(config.model, config.chat)),
+      format_(text::make_episode_format(config.model, config.chat)),
       engine_(policy, engine_options(config, format_)),
       env_(mailbox, env_worker_ranks(world)),
       sync_comm_(&sync_comm),
@@ -401,7 +402,7 @@ void Actor::run(runtime::StopCoordinator& stop) {
                  config_.rollout.sessions_per_actor, format_.description(),
                  model::kv_cache_dtype_name(engine_.kv_cache_dtype()));
   }
-  telemetry::MetricsReporter reporter(mailbox_, config_.telemetry.metrics_interval_s);
+  runtime::MetricsReporter reporter(mailbox_, config_.telemetry.metrics_interval_s);
   while (!stop.should_stop()) {
     reporter.maybe_send();
     if (const double slow = runtime::fault_hooks().slow_ms.load(); slow > 0)

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::rollout {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <numeric>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::rollout {
 

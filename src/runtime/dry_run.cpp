@@ -11,7 +11,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include "moerl/telemetry/metrics_report.h"
+#include "moerl/runtime/metrics_report.h"
+#include "moerl/telemetry/metrics_aggregator.h"
+#include "moerl/telemetry/metrics_file.h"
 
 namespace moerl::runtime {
 namespace {
@@ -117,13 +119,13 @@ void ping_everyone(const World& world, Mailbox& mailbox) {
 void collect_metrics(const config::Config& config, const World& world, Mailbox& mailbox,
                      DryRunResult& result) {
   if (!world.is_coordinator()) {
-    mailbox.send(kCoordinator, telemetry::MetricsReport{telemetry::metrics().snapshot()});
+    mailbox.send(kCoordinator, MetricsReport{telemetry::metrics().snapshot()});
     return;
   }
   telemetry::MetricsAggregator aggregator;
   aggregator.update(telemetry::metrics().snapshot());
   for (int i = 1; i < world.size(); ++i) {
-    auto [source, report] = mailbox.receive<telemetry::MetricsReport>(MPI_ANY_SOURCE);
+    auto [source, report] = mailbox.receive<MetricsReport>(MPI_ANY_SOURCE);
     if (report.snapshot.rank != source)
       throw MessageError("MetricsReport from rank " + std::to_string(source) + " claims rank " +
                          std::to_string(report.snapshot.rank));

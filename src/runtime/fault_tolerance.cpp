@@ -10,7 +10,7 @@
 #include <cstring>
 #include <thread>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::runtime {
 namespace {

@@ -1,5 +1,6 @@
 #include "moerl/runtime/mailbox.h"
 
+#include "moerl/core/check.h"
 #include "moerl/runtime/fault_tolerance.h"
 
 #include <algorithm>

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "moerl/core/check.h"
+
 namespace moerl::runtime {
 
 const char* message_type_name(MessageType type) {

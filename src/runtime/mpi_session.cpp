@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/logging.h"
 

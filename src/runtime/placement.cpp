@@ -7,7 +7,7 @@
 #include <cstring>
 #include <set>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::runtime {
 namespace {

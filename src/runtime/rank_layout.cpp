@@ -1,6 +1,6 @@
 #include "moerl/runtime/rank_layout.h"
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
 namespace moerl::runtime {
 

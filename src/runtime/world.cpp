@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 #include "moerl/runtime/placement.h"
 
 namespace moerl::runtime {

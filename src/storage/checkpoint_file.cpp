@@ -10,6 +10,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "moerl/core/check.h"
 #include "moerl/storage/atomic_file.h"
 #include "moerl/storage/checksum.h"
 

@@ -2,13 +2,10 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include "moerl/core/string_affixes.h"
+
 namespace moerl::telemetry {
 namespace {
-
-bool starts_with(const std::string& s, const std::string& head) { return s.rfind(head, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
 
 // "moe.layer.<L>.imbalance" -> "<L>"; "" for other names.
 std::string imbalance_layer(const std::string& gauge) {

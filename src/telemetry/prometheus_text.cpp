@@ -6,6 +6,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "moerl/core/string_affixes.h"
+
 namespace moerl::telemetry {
 namespace {
 
@@ -78,10 +80,6 @@ std::optional<PrometheusLabels> match(const std::string& pattern, const std::vec
       return std::nullopt;
   }
   return labels;
-}
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // Dots and anything else Prometheus does not allow in a name become '_';

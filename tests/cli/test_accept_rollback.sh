@@ -7,7 +7,8 @@
 #      gauges;
 #   2. accept passes for the first evaluated version A (nothing below the
 #      base, latencies and expert load within the limits, no refused
-#      publication) and tags it stable; accept fails for the second, B, when
+#      publication) and tags it stable (checkpoint list shows it with its
+#      held-out success); accept fails for the second, B, when
 #      its environment P99 limit is set below what the run measured, naming
 #      that check, and stable stays A; the last version (no periodic
 #      evaluation) and a directory that is no run are refused;
@@ -67,6 +68,14 @@ for check in "held-out success" "environment step P99" "weight-version mismatche
 done
 "$MOERL" checkpoint list "$STORE" >list.txt 2>&1
 grep -E "^ *$LA .*stable" list.txt >/dev/null || { fail "checkpoint list does not show $LA as stable"; sed 's/^/    | /' list.txt; }
+python3 - "$STORE/$LA.eval.json" list.txt "$LA" <<'PY' || { fail "checkpoint list: held-out success of $LA"; sed 's/^/    | /' list.txt; }
+import json, sys
+record, listing, label = json.load(open(sys.argv[1])), open(sys.argv[2]).read().splitlines(), sys.argv[3]
+[line] = [l for l in listing if l.split()[:1] == [label]]
+for family, s in record["sampled"].items():
+    shown = f"{family}={int(100 * s['success'] + 0.5)}%"
+    assert shown in line, (shown, line)
+PY
 "$MOERL" checkpoint accept "$WORK/runs/acc" "$B" --max-env-p99-s 0.000001 >acceptB.txt 2>&1
 expect_status 1 $? "accept v$B over its P99 limit"
 grep -E "environment step P99 .* FAIL" acceptB.txt >/dev/null || { fail "accept v$B: the P99 row does not fail"; sed 's/^/    | /' acceptB.txt; }

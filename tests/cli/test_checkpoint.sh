@@ -86,4 +86,26 @@ expect_contains out.txt "removed leftover v000004 (incomplete)" "prune removes t
 "$MOERL" checkpoint list "$WORK/nowhere" >out.txt 2>&1
 expect_status 2 $? "missing directory"
 expect_contains out.txt "does not exist" "missing directory said"
+# A store written by moerl before its CRC-32C moved to ISA-L (tests/fixtures/
+# checkpoint_crc32c_v1: a 1-step job of a tiny model, 2 Dec 2026 code): every
+# array's stored checksum still matches, and its weights export.
+OLD="$WORK/old_store"
+cp -r "$SOURCE_DIR/tests/fixtures/checkpoint_crc32c_v1" "$OLD"
+"$MOERL" checkpoint verify "$OLD" >out.txt 2>&1
+expect_status 0 $? "verify the store written before ISA-L"
+expect_contains out.txt "v000001: valid (47.3 KiB of arrays checked)" "its checksums match"
+"$MOERL" checkpoint export "$OLD" 1 "$WORK/old.h5" >out.txt 2>&1
+expect_status 0 $? "export the store written before ISA-L"
+[ -s "$WORK/old.h5" ] || fail "no export of the old store"
+# One flipped byte in a dataset of that file is found (the check can fail).
+python3 - "$OLD/v000001.rank0.h5" <<'PY'
+import sys
+path = sys.argv[1]
+data = bytearray(open(path, "rb").read())
+data[len(data) // 2] ^= 0x10
+open(path, "wb").write(bytes(data))
+PY
+"$MOERL" checkpoint verify "$OLD" >out.txt 2>&1
+expect_status 1 $? "verify the damaged old store"
+expect_contains out.txt "checksum mismatch" "the damaged old store: the array named"
 finish

@@ -8,13 +8,14 @@
 #include <set>
 
 #include "moerl/learner/task_coordinator.h"
+#include "moerl/setup/config_loading.h"
 
 using namespace moerl;
 
 namespace {
 
 config::Config coordinator_config(bool asynchronous) {
-  return config::load_config_text(R"(
+  return setup::load_config_text(R"(
 [env]
 families = ["guess"]
 [rollout]

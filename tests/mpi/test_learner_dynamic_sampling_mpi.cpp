@@ -36,6 +36,7 @@
 #include "moerl/learner/learner.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
+#include "moerl/setup/config_loading.h"
 #include "learner_test_support.h"
 #include "scripted_turns.h"
 
@@ -56,7 +57,7 @@ bool zero_variance(int group) { return group == 0 || group == 3; }
 
 config::Config sampling_config(const std::string& output_dir, const std::string& normalization, int accumulation,
                                bool drop) {
-  return config::load_config_text(R"(
+  return setup::load_config_text(R"(
 [run]
 name = "dynamic_sampling"
 seed = 11

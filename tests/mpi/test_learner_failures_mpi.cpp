@@ -28,6 +28,7 @@
 #include "moerl/learner/learner.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
+#include "moerl/setup/config_loading.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/sync/weight_sync.h"
 #include "learner_test_support.h"
@@ -44,7 +45,7 @@ namespace {
 constexpr int kGroupSize = 4;
 
 config::Config failures_config(const std::string& output_dir, const std::string& name) {
-  return config::load_config_text(R"(
+  return setup::load_config_text(R"(
 [run]
 seed = 11
 [cluster]

@@ -40,6 +40,7 @@
 #include "moerl/runtime/world.h"
 #include "learner_test_support.h"
 #include "scripted_turns.h"
+#include "moerl/setup/config_loading.h"
 #include "moerl/storage/checksum.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/sync/weight_sync.h"
@@ -57,7 +58,7 @@ constexpr std::int64_t kGroupsPerStep = 2;
 constexpr double kTimeoutS = 30.0;
 
 config::Config modes_config(const std::string& output_dir, bool asynchronous) {
-  return config::load_config_text(R"(
+  return setup::load_config_text(R"(
 [run]
 name = "modes"
 seed = 7

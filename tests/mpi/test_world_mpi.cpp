@@ -6,11 +6,12 @@
 
 #include "moerl/config/config.h"
 #include "moerl/runtime/world.h"
+#include "moerl/setup/config_loading.h"
 
 using namespace moerl::runtime;
 
 TEST_CASE("each rank gets its role and the right communicators", "[world]") {
-  const auto config = moerl::config::load_config_text(
+  const auto config = moerl::setup::load_config_text(
       "[cluster]\nlearners = 1\nactors = 2\nenv_workers = 1\n", "world.toml");
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

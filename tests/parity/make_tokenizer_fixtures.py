@@ -2,7 +2,7 @@
 """Regenerates the byte-level BPE tokenizer fixtures under
 tests/parity/fixtures/tokenizer/ with the reference implementation (the
 Hugging Face `tokenizers` package), which tests/unit/test_bpe_tokenizer.cpp
-then compares moerl::model::BpeTokenizer against.
+then compares moerl::text::BpeTokenizer against.
 
     python3 tests/parity/make_tokenizer_fixtures.py [VENV_DIR]
 

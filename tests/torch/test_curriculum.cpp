@@ -10,6 +10,7 @@
 #include "moerl/core/json_writer.h"
 #include "moerl/env/task_mix.h"
 #include "moerl/learner/curriculum.h"
+#include "moerl/setup/config_loading.h"
 
 using namespace moerl;
 using moerl::learner::Curriculum;
@@ -18,7 +19,7 @@ using moerl::learner::EpisodeOutcome;
 namespace {
 
 config::Config curriculum_config(const std::string& extra = "") {
-  return config::load_config_text("[env]\nfamilies = [\"sort\", \"guess\"]\ndifficulty = 1\ncurriculum = true\n"
+  return setup::load_config_text("[env]\nfamilies = [\"sort\", \"guess\"]\ndifficulty = 1\ncurriculum = true\n"
                                   "curriculum_window = 4\ncurriculum_max_difficulty = 3\n" +
                                       extra,
                                   "curriculum.toml");

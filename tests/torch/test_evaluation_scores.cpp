@@ -6,24 +6,14 @@
 
 #include <catch2/catch.hpp>
 
+#include "family_score_fixture.h"
 #include "moerl/core/json_value.h"
 #include "moerl/core/json_writer.h"
 #include "moerl/learner/evaluation_scores.h"
 
 using namespace moerl;
 using namespace moerl::learner;
-
-namespace {
-
-FamilyScore score(int successes, int episodes) {
-  FamilyScore s;
-  s.successes = successes;
-  s.episodes = episodes;
-  s.reward = successes;
-  return s;
-}
-
-}  // namespace
+using moerl::learner::testing::score;
 
 TEST_CASE("Wilson intervals match the published values", "[evaluation]") {
   const Interval mid = wilson_interval(81, 263);

@@ -14,9 +14,10 @@
 #include "moerl/core/json_value.h"
 #include "moerl/hf/hf_config.h"
 #include "moerl/hf/hf_weights.h"
-#include "moerl/hf/policy_loader.h"
+#include "moerl/model/hf_policy_loader.h"
 #include "moerl/hf/safetensors.h"
 #include "moerl/model/param_report.h"
+#include "moerl/setup/config_loading.h"
 #include "moerl/storage/atomic_file.h"
 
 using namespace moerl;
@@ -31,7 +32,7 @@ const std::string kFixtures = std::string(MOERL_SOURCE_DIR) + "/tests/parity/fix
 const char* const kArchitectures[] = {"mixtral", "qwen2_moe", "qwen3_moe", "olmoe"};
 
 config::Config hf_config(const std::string& dir) {
-  return config::load_config_text("[model]\nsource = \"hf:" + dir + "\"\n", "parity.toml");
+  return setup::load_config_text("[model]\nsource = \"hf:" + dir + "\"\n", "parity.toml");
 }
 
 struct Reference {
@@ -130,7 +131,7 @@ TEST_CASE("hf parity: logits match the reference to 1e-4 in float32", "[hf][pari
     INFO("architecture " << name);
     const std::string dir = kFixtures + name;
     const Reference ref = read_reference(dir);
-    model::Policy policy = hf::load_hf_policy(hf_config(dir));
+    model::Policy policy = model::load_hf_policy(hf_config(dir));
     policy->eval();
     for (std::size_t i = 0; i < ref.prompts.size(); ++i) {
       const torch::Tensor logits = policy->forward(row(ref.prompts[i])).logits;
@@ -156,7 +157,7 @@ TEST_CASE("hf parity: greedy continuations through the KV cache are the referenc
     INFO("architecture " << name);
     const std::string dir = kFixtures + name;
     const Reference ref = read_reference(dir);
-    model::Policy policy = hf::load_hf_policy(hf_config(dir));
+    model::Policy policy = model::load_hf_policy(hf_config(dir));
     policy->eval();
     for (std::size_t i = 0; i < ref.prompts.size(); ++i) {
       CHECK(greedy_cached(*policy, ref.prompts[i], ref.greedy[i].size()) == ref.greedy[i]);
@@ -185,7 +186,7 @@ TEST_CASE("hf export: export then re-import round-trips bitwise, config included
     INFO("architecture " << name);
     const std::string dir = kFixtures + name;
     const config::Config config = hf_config(dir);
-    model::Policy policy = hf::load_hf_policy(config);
+    model::Policy policy = model::load_hf_policy(config);
     TempDir out;
     // Small shards so that every model spans several files.
     const hf::ExportResult result =
@@ -212,7 +213,7 @@ TEST_CASE("hf export: export then re-import round-trips bitwise, config included
     CHECK(back.json.at("bos_token_id").as_number() == orig.json.at("bos_token_id").as_number());
 
     torch::manual_seed(99);  // other random weights first: the load must replace all of them
-    model::Policy again = hf::load_hf_policy(hf_config(out.path.string()));
+    model::Policy again = model::load_hf_policy(hf_config(out.path.string()));
     const auto a = policy->named_parameters(), b = again->named_parameters();
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -256,7 +257,7 @@ TEST_CASE("hf load: broken weight files are refused naming file and tensor, noth
   SECTION("truncated file") {
     const auto size = fs::file_size(file);
     fs::resize_file(file, size - 100);
-    CHECK_THAT(error_of([&] { hf::load_hf_weights(*policy, dir.path.string(), arch); }),
+    CHECK_THAT(error_of([&] { model::load_hf_weights(*policy, dir.path.string(), arch); }),
                Contains(file) && Contains("truncated"));
   }
   SECTION("wrong shape") {
@@ -264,23 +265,23 @@ TEST_CASE("hf load: broken weight files are refused naming file and tensor, noth
       for (Owned& o : t)
         if (o.name == expert) o.shape = {32, 16};
     });
-    CHECK_THAT(error_of([&] { hf::load_hf_weights(*policy, dir.path.string(), arch); }),
+    CHECK_THAT(error_of([&] { model::load_hf_weights(*policy, dir.path.string(), arch); }),
                Contains(file) && Contains(expert) && Contains("[32, 16]") && Contains("[16, 32]"));
   }
   SECTION("missing tensor") {
     rewrite([&](std::vector<Owned>& t) {
       t.erase(std::remove_if(t.begin(), t.end(), [&](const Owned& o) { return o.name == expert; }), t.end());
     });
-    CHECK_THAT(error_of([&] { hf::load_hf_weights(*policy, dir.path.string(), arch); }),
+    CHECK_THAT(error_of([&] { model::load_hf_weights(*policy, dir.path.string(), arch); }),
                Contains("missing tensor '" + expert + "'") && Contains("layers.1.mlp.experts.up_proj"));
   }
   SECTION("a tensor the architecture does not have") {
     rewrite([&](std::vector<Owned>& t) { t.push_back({"model.extra.weight", hf::DType::F32, {1}, {0, 0, 0, 0}}); });
-    CHECK_THAT(error_of([&] { hf::load_hf_weights(*policy, dir.path.string(), arch); }),
+    CHECK_THAT(error_of([&] { model::load_hf_weights(*policy, dir.path.string(), arch); }),
                Contains(file) && Contains("unexpected tensor 'model.extra.weight'"));
   }
   SECTION("the wrong architecture's names") {
-    CHECK_THAT(error_of([&] { hf::load_hf_weights(*policy, dir.path.string(), hf::Architecture::Qwen3Moe); }),
+    CHECK_THAT(error_of([&] { model::load_hf_weights(*policy, dir.path.string(), hf::Architecture::Qwen3Moe); }),
                Contains("missing tensor 'model.layers.0.mlp.gate.weight'"));
   }
   CHECK(unchanged(*policy, before));
@@ -290,7 +291,7 @@ TEST_CASE("hf load: BF16 and F16 files load as their float32 values", "[hf]") {
   TempDir dir;
   copy_fixture("olmoe", dir.path);
   const config::Config config = hf_config(dir.path.string());
-  model::Policy reference = hf::load_hf_policy(config);
+  model::Policy reference = model::load_hf_policy(config);
   for (const auto dtype : {hf::DType::BF16, hf::DType::F16}) {
     const torch::Dtype torch_dtype = dtype == hf::DType::BF16 ? torch::kBFloat16 : torch::kHalf;
     std::vector<torch::Tensor> keep;
@@ -304,7 +305,7 @@ TEST_CASE("hf load: BF16 and F16 files load as their float32 values", "[hf]") {
       }
       hf::write_safetensors(dir.file("model.safetensors"), out);
     }
-    model::Policy policy = hf::load_hf_policy(config);
+    model::Policy policy = model::load_hf_policy(config);
     const auto a = reference->named_parameters(), b = policy->named_parameters();
     for (std::size_t i = 0; i < a.size(); ++i) {
       INFO(a[i].key());

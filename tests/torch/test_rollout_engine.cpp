@@ -7,16 +7,16 @@
 #include <cmath>
 #include <map>
 
-#include "moerl/model/episode_format.h"
+#include "moerl/text/episode_format.h"
 #include "moerl/model/policy.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/text/tokenizer.h"
 #include "moerl/rollout/generation_engine.h"
 #include "moerl/telemetry/metrics.h"
 
 using moerl::config::ModelSection;
 using moerl::config::MoeSection;
 using moerl::model::Policy;
-using moerl::model::SpecialTokens;
+using moerl::text::SpecialTokens;
 using moerl::rollout::ContextPolicy;
 using moerl::rollout::EngineOptions;
 using moerl::rollout::GeneratedTurn;
@@ -449,10 +449,10 @@ TEST_CASE("context budget: end the episode, or truncate keeping the task stateme
 
 TEST_CASE("a chat format: stop on its end-of-turn token, stop strings on decoded bytes, its head kept",
           "[rollout][engine][episode_format]") {
-  using moerl::model::BpeTokenizer;
-  using moerl::model::ChatLayout;
-  using moerl::model::ChatRenderer;
-  using moerl::model::EpisodeFormat;
+  using moerl::text::BpeTokenizer;
+  using moerl::text::ChatLayout;
+  using moerl::text::ChatRenderer;
+  using moerl::text::EpisodeFormat;
   const BpeTokenizer tokenizer =
       BpeTokenizer::from_file(std::string(MOERL_SOURCE_DIR) + "/tests/parity/fixtures/qwen2_moe/tokenizer.json");
   const EpisodeFormat chatml(ChatRenderer(tokenizer, ChatLayout::chatml()));

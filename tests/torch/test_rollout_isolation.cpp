@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "moerl/model/policy.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/text/tokenizer.h"
 #include "moerl/rollout/generation_engine.h"
 
-using moerl::model::SpecialTokens;
+using moerl::text::SpecialTokens;
 using moerl::rollout::EngineOptions;
 using moerl::rollout::GeneratedTurn;
 using moerl::rollout::GenerationEngine;

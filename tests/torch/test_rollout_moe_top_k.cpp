@@ -10,17 +10,18 @@
 #include <functional>
 
 #include "moerl/config/config.h"
-#include "moerl/hf/policy_loader.h"
-#include "moerl/model/episode_format.h"
+#include "moerl/model/hf_policy_loader.h"
+#include "moerl/setup/config_loading.h"
+#include "moerl/text/episode_format.h"
 #include "moerl/model/policy.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/text/tokenizer.h"
 #include "moerl/moe/moe_layer.h"
 #include "moerl/rollout/generation_engine.h"
 
 using moerl::config::ModelSection;
 using moerl::config::MoeSection;
 using moerl::model::Policy;
-using moerl::model::SpecialTokens;
+using moerl::text::SpecialTokens;
 using moerl::rollout::EngineOptions;
 using moerl::rollout::GeneratedTurn;
 using moerl::rollout::GenerationEngine;
@@ -235,14 +236,14 @@ TEST_CASE("active experts: out-of-range k' is refused naming the bounds", "[roll
 TEST_CASE("active experts: an hf: model takes rollout.moe_top_k from its run config", "[rollout][moe_top_k][hf]") {
   // The qwen2_moe fixture: 4 experts, num_experts_per_tok = 2, a tokenizer.json.
   const std::string dir = std::string(MOERL_SOURCE_DIR) + "/tests/parity/fixtures/qwen2_moe";
-  const moerl::config::Config config = moerl::config::load_config_text(
+  const moerl::config::Config config = moerl::setup::load_config_text(
       "[model]\nsource = \"hf:" + dir + "\"\n[rollout]\nmoe_top_k = 4\n[algo]\nrouting_replay = false\n", "hf.toml");
   REQUIRE(config.moe.top_k == 2);  // training keeps config.json's routing
   REQUIRE(config.rollout.moe_top_k == 4);
-  Policy policy = moerl::hf::load_hf_policy(config);
+  Policy policy = moerl::model::load_hf_policy(config);
   policy->eval();
   EngineOptions options;
-  options.format = moerl::model::make_episode_format(config.model, config.chat);
+  options.format = moerl::text::make_episode_format(config.model, config.chat);
   const std::vector<std::int64_t> tokens = options.format.prompt_turn("sort: 3 1 2", true, false);
   auto play = [&](std::int64_t k) {
     options.moe_top_k = k;

@@ -4,12 +4,12 @@
 
 #include <random>
 
-#include "moerl/model/tokenizer.h"
+#include "moerl/text/tokenizer.h"
 
-using moerl::model::ByteTokenizer;
-using moerl::model::ChatMessage;
-using moerl::model::Role;
-using moerl::model::SpecialTokens;
+using moerl::text::ByteTokenizer;
+using moerl::text::ChatMessage;
+using moerl::text::Role;
+using moerl::text::SpecialTokens;
 
 TEST_CASE("byte tokenizer round-trips arbitrary bytes", "[model][tokenizer]") {
   ByteTokenizer tok;
@@ -60,7 +60,7 @@ TEST_CASE("chat layout and assistant mask", "[model][tokenizer]") {
       {Role::RoleUser, "o2"},
       {Role::RoleAssistant, std::string("a\0", 2)},
   };
-  const auto rendered = moerl::model::render_chat(chat, /*add_generation_prompt=*/true);
+  const auto rendered = moerl::text::render_chat(chat, /*add_generation_prompt=*/true);
   const std::int64_t B = SpecialTokens::kBos, S = SpecialTokens::kSystem, U = SpecialTokens::kUser,
                      A = SpecialTokens::kAssistant, E = SpecialTokens::kEndOfTurn;
   const std::vector<std::int64_t> expected_tokens{
@@ -93,7 +93,7 @@ TEST_CASE("chat layout and assistant mask", "[model][tokenizer]") {
     if (rendered.assistant_mask[i]) generated.push_back(rendered.tokens[i]);
   CHECK(tok.decode(generated, false) == std::string("go<|eot|>a\0<|eot|>", 18));
 
-  const auto no_prompt = moerl::model::render_chat(chat);
+  const auto no_prompt = moerl::text::render_chat(chat);
   CHECK(no_prompt.tokens.size() == expected_tokens.size() - 1);
   CHECK(no_prompt.tokens.back() == E);
 }

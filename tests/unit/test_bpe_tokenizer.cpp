@@ -11,16 +11,16 @@
 #include <thread>
 
 #include "moerl/core/json_value.h"
-#include "moerl/model/bpe_tokenizer.h"
-#include "moerl/model/chat_layout.h"
+#include "moerl/text/bpe_tokenizer.h"
+#include "moerl/text/chat_layout.h"
 #include "temp_dir.h"
 
 using moerl::JsonValue;
-using moerl::model::BpeTokenizer;
-using moerl::model::ChatLayout;
-using moerl::model::ChatMessage;
-using moerl::model::ChatRenderer;
-using moerl::model::Role;
+using moerl::text::BpeTokenizer;
+using moerl::text::ChatLayout;
+using moerl::text::ChatMessage;
+using moerl::text::ChatRenderer;
+using moerl::text::Role;
 
 namespace {
 
@@ -56,8 +56,8 @@ void check_case(const BpeTokenizer& tokenizer, const JsonValue& recorded) {
   const std::vector<std::int64_t> ids = tokenizer.encode(text);
   CHECK(ids == ids_of(recorded.at("ids")));
   CHECK(tokenizer.encode(text, /*allow_special=*/false) == ids_of(recorded.at("ids_no_special")));
-  CHECK(moerl::model::utf8_lossy(tokenizer.decode(ids)) == recorded.at("decoded").as_string());
-  CHECK(moerl::model::utf8_lossy(tokenizer.decode(ids, /*skip_special=*/true)) ==
+  CHECK(moerl::text::utf8_lossy(tokenizer.decode(ids)) == recorded.at("decoded").as_string());
+  CHECK(moerl::text::utf8_lossy(tokenizer.decode(ids, /*skip_special=*/true)) ==
         recorded.at("decoded_skip_special").as_string());
 }
 
@@ -81,7 +81,7 @@ TEST_CASE("BPE encodings and decodings match the reference on held-out text", "[
     // Single ids of the held-out text: partial UTF-8 sequences come back as U+FFFD.
     for (const auto& [id, text] : expected.at("single_id_decodes").as_object()) {
       INFO("id " << id);
-      CHECK(moerl::model::utf8_lossy(tokenizer.decode({std::stoll(id)})) == text.as_string());
+      CHECK(moerl::text::utf8_lossy(tokenizer.decode({std::stoll(id)})) == text.as_string());
     }
     // A second encode is served from the word cache and must not differ.
     const std::string& held_out = expected.at("held_out").at("text").as_string();
@@ -174,7 +174,7 @@ TEST_CASE("BPE round-trips arbitrary bytes, invalid UTF-8 included", "[bpe]") {
     const std::vector<std::int64_t> alone = tokenizer.encode(invalid);
     CHECK(ids == concat({tokenizer.encode(word_a), alone, tokenizer.encode(word_b)}));
     CHECK(tokenizer.decode(alone) == invalid);
-    CHECK(moerl::model::utf8_lossy(tokenizer.decode(ids)) == word_a + "\xEF\xBF\xBD" + word_b);
+    CHECK(moerl::text::utf8_lossy(tokenizer.decode(ids)) == word_a + "\xEF\xBF\xBD" + word_b);
   }
 }
 
@@ -206,13 +206,13 @@ TEST_CASE("BPE encodes the same from several threads and past the word cache's s
 
 TEST_CASE("utf8_lossy replaces maximal invalid subsequences like Rust's from_utf8_lossy", "[bpe]") {
   const std::string r = "\xEF\xBF\xBD";
-  CHECK(moerl::model::utf8_lossy("ok \xC3\xA4 \xF0\x9F\x98\x80") == "ok \xC3\xA4 \xF0\x9F\x98\x80");
-  CHECK(moerl::model::utf8_lossy("a\xE5\xBC" "b") == "a" + r + "b");       // one cut sequence: one U+FFFD
-  CHECK(moerl::model::utf8_lossy("\xF0\x9F\x98") == r);                    // cut four-byte sequence
-  CHECK(moerl::model::utf8_lossy("\xC0\xAF") == r + r);                    // overlong: each byte
-  CHECK(moerl::model::utf8_lossy("\xED\xA0\x80") == r + r + r);            // a surrogate: each byte
-  CHECK(moerl::model::utf8_lossy("\xF4\x90\x80\x80") == r + r + r + r);    // above U+10FFFF
-  CHECK(moerl::model::utf8_lossy(std::string("\0\xFF", 2)) == std::string("\0", 1) + r);
+  CHECK(moerl::text::utf8_lossy("ok \xC3\xA4 \xF0\x9F\x98\x80") == "ok \xC3\xA4 \xF0\x9F\x98\x80");
+  CHECK(moerl::text::utf8_lossy("a\xE5\xBC" "b") == "a" + r + "b");       // one cut sequence: one U+FFFD
+  CHECK(moerl::text::utf8_lossy("\xF0\x9F\x98") == r);                    // cut four-byte sequence
+  CHECK(moerl::text::utf8_lossy("\xC0\xAF") == r + r);                    // overlong: each byte
+  CHECK(moerl::text::utf8_lossy("\xED\xA0\x80") == r + r + r);            // a surrogate: each byte
+  CHECK(moerl::text::utf8_lossy("\xF4\x90\x80\x80") == r + r + r + r);    // above U+10FFFF
+  CHECK(moerl::text::utf8_lossy(std::string("\0\xFF", 2)) == std::string("\0", 1) + r);
 }
 
 TEST_CASE("malformed tokenizer.json names the file and the field", "[bpe]") {

@@ -1,4 +1,4 @@
-// Episode formats (model/episode_format.h): an episode built turn by turn as
+// Episode formats (text/episode_format.h): an episode built turn by turn as
 // the actor builds it (prompt_turn, then the policy's action and its
 // end-of-turn token) is exactly the rendering of the same conversation,
 // tokens and assistant mask: render_chat() for the byte layout,
@@ -13,19 +13,20 @@
 #include <functional>
 
 #include "moerl/config/config.h"
-#include "moerl/model/episode_format.h"
+#include "moerl/setup/config_loading.h"
+#include "moerl/text/episode_format.h"
 #include "temp_dir.h"
 
-using moerl::model::BpeTokenizer;
-using moerl::model::ChatLayout;
-using moerl::model::ChatMessage;
-using moerl::model::ChatRenderer;
-using moerl::model::EpisodeFormat;
-using moerl::model::EpisodeFormatError;
-using moerl::model::make_episode_format;
-using moerl::model::RenderedChat;
-using moerl::model::Role;
-using moerl::model::SpecialTokens;
+using moerl::text::BpeTokenizer;
+using moerl::text::ChatLayout;
+using moerl::text::ChatMessage;
+using moerl::text::ChatRenderer;
+using moerl::text::EpisodeFormat;
+using moerl::text::EpisodeFormatError;
+using moerl::text::make_episode_format;
+using moerl::text::RenderedChat;
+using moerl::text::Role;
+using moerl::text::SpecialTokens;
 
 namespace {
 
@@ -70,12 +71,12 @@ const std::vector<ChatMessage> kConversation = {
 };
 
 std::vector<std::int64_t> bytes_of(const std::string& text) {
-  return moerl::model::ByteTokenizer().encode(text);
+  return moerl::text::ByteTokenizer().encode(text);
 }
 
 BpeTokenizer qwen_tokenizer() { return BpeTokenizer::from_file(kQwen + "/tokenizer.json"); }
 
-moerl::config::Config config_of(const std::string& text) { return moerl::config::load_config_text(text, "run.toml"); }
+moerl::config::Config config_of(const std::string& text) { return moerl::setup::load_config_text(text, "run.toml"); }
 
 std::vector<moerl::config::ConfigIssue> issues_of(const std::string& text) {
   try {
@@ -95,7 +96,7 @@ TEST_CASE("byte layout: the actor's episode is render_chat of its messages", "[e
   const EpisodeFormat format;
   CHECK(format.is_byte());
   const std::vector<ChatMessage> messages(kConversation.begin(), kConversation.end());
-  const RenderedChat expected = moerl::model::render_chat(messages);
+  const RenderedChat expected = moerl::text::render_chat(messages);
   const RenderedChat episode = build_episode(format, messages, bytes_of);
   CHECK(episode.tokens == expected.tokens);
   CHECK(episode.assistant_mask == expected.assistant_mask);
@@ -145,7 +146,7 @@ TEST_CASE("a turn cut off before its end-of-turn is closed as context", "[episod
     RenderedChat rendered;
     Encode encode;
   };
-  for (const Case& c : {Case{EpisodeFormat(), moerl::model::render_chat(messages), bytes_of},
+  for (const Case& c : {Case{EpisodeFormat(), moerl::text::render_chat(messages), bytes_of},
                         Case{EpisodeFormat(chat), chat.render(messages), bpe}}) {
     INFO(c.format.description());
     const RenderedChat episode = build_episode(c.format, messages, c.encode, /*cut_turn=*/1);
@@ -205,7 +206,7 @@ TEST_CASE("truncation keeps the first user message and cuts at message headers",
   CHECK_FALSE(chatml.starts_message(tokenizer.token_id("<|im_end|>").value()));
 
   const EpisodeFormat byte;
-  const RenderedChat bytes = moerl::model::render_chat(messages);
+  const RenderedChat bytes = moerl::text::render_chat(messages);
   CHECK(byte.head_length(bytes.tokens) == 1 + 1 + 9 + 1 + 1 + 4 + 1);  // <bos> system msg, user msg
   for (std::int64_t role : {SpecialTokens::kSystem, SpecialTokens::kUser, SpecialTokens::kAssistant})
     CHECK(byte.starts_message(role));

@@ -11,6 +11,7 @@
 #include "moerl/config/config.h"
 #include "moerl/hf/hf_config.h"
 #include "moerl/hf/hf_weights.h"
+#include "moerl/setup/config_loading.h"
 #include "temp_dir.h"
 
 using namespace moerl::hf;
@@ -109,29 +110,29 @@ TEST_CASE("hf config: a model larger than physical memory is refused with the es
                         Contains("more than this machine's") && Contains("GiB of physical memory"));
   // Through the run config: a configuration error on [model] source.
   const std::string toml = "[model]\nsource = \"hf:" + config.dir.path.string() + "\"\n";
-  CHECK_THAT(error_of([&] { moerl::config::load_config_text(toml, "run.toml"); }),
+  CHECK_THAT(error_of([&] { moerl::setup::load_config_text(toml, "run.toml"); }),
              Contains("run.toml:2: [model] source: " + config.path + ": the sizes"));
 }
 
 TEST_CASE("hf config: moe.top_k is config.json's, rollout.moe_top_k overrides it for rollouts", "[hf][config]") {
   // qwen2_moe: 4 experts, num_experts_per_tok = 2.
   const std::string model = "[model]\nsource = \"hf:" + kFixtures + "qwen2_moe\"\n";
-  const auto loaded = moerl::config::load_config_text(
+  const auto loaded = moerl::setup::load_config_text(
       model + "[rollout]\nmoe_top_k = 4\n[algo]\nrouting_replay = false\n", "run.toml");
   CHECK(loaded.moe.num_experts == 4);
   CHECK(loaded.moe.top_k == 2);
   CHECK(loaded.rollout.moe_top_k == 4);
   // Bounded by the model's experts (4, not the default 8).
   CHECK_THAT(error_of([&] {
-               moerl::config::load_config_text(model + "[rollout]\nmoe_top_k = 5\n[algo]\nrouting_replay = false\n",
+               moerl::setup::load_config_text(model + "[rollout]\nmoe_top_k = 5\n[algo]\nrouting_replay = false\n",
                                                "run.toml");
              }),
              Contains("run.toml:4: [rollout] moe_top_k: must be <= moe.num_experts (4), got 5"));
   // Routing replay of another k is refused for hf: models too.
-  CHECK_THAT(error_of([&] { moerl::config::load_config_text(model + "[rollout]\nmoe_top_k = 1\n", "run.toml"); }),
+  CHECK_THAT(error_of([&] { moerl::setup::load_config_text(model + "[rollout]\nmoe_top_k = 1\n", "run.toml"); }),
              Contains("[rollout] moe_top_k: = 1 differs from moe.top_k = 2, and algo.routing_replay = true"));
   // The architecture key stays locked, and its error points at the override.
-  CHECK_THAT(error_of([&] { moerl::config::load_config_text(model + "[moe]\ntop_k = 1\n", "run.toml"); }),
+  CHECK_THAT(error_of([&] { moerl::setup::load_config_text(model + "[moe]\ntop_k = 1\n", "run.toml"); }),
              Contains("moe.top_k (the run config says 1, config.json 2)") &&
                  Contains("rollout.moe_top_k sets the experts per token of rollouts"));
 }

@@ -12,6 +12,7 @@
 #include "moerl/hf/hf_config.h"
 #include "moerl/hf/hf_weights.h"
 #include "moerl/hf/safetensors.h"
+#include "moerl/setup/config_loading.h"
 #include "temp_dir.h"
 
 using namespace moerl::hf;
@@ -226,16 +227,16 @@ TEST_CASE("hf config: unknown architectures, unsupported features and conflicts 
 
   // Through the run config: the source decides; an explicit disagreeing key is an error.
   const std::string toml = "[model]\nsource = \"hf:" + kFixtures + "mixtral\"\n";
-  const moerl::config::Config config = moerl::config::load_config_text(toml, "run.toml");
+  const moerl::config::Config config = moerl::setup::load_config_text(toml, "run.toml");
   CHECK(config.model.d_model == 32);
   CHECK(config.model.vocab_size == 128);
   CHECK(config.model.max_seq_len == 64);
   CHECK(config.moe.num_experts == 4);
-  CHECK_THAT(error_of([&] { moerl::config::load_config_text(toml + "d_model = 64\n", "run.toml"); }),
+  CHECK_THAT(error_of([&] { moerl::setup::load_config_text(toml + "d_model = 64\n", "run.toml"); }),
              Contains("model.d_model") && Contains("config.json"));
   // A shorter context is the run's choice.
-  CHECK(moerl::config::load_config_text(toml + "max_seq_len = 32\n", "run.toml").model.max_seq_len == 32);
-  CHECK_THAT(error_of([&] { moerl::config::load_config_text("[model]\nsource = \"hf:/nonexistent\"\n", "r.toml"); }),
+  CHECK(moerl::setup::load_config_text(toml + "max_seq_len = 32\n", "run.toml").model.max_seq_len == 32);
+  CHECK_THAT(error_of([&] { moerl::setup::load_config_text("[model]\nsource = \"hf:/nonexistent\"\n", "r.toml"); }),
              Contains("r.toml") && Contains("[model] source") && Contains("/nonexistent/config.json"));
 }
 

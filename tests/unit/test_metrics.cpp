@@ -1,14 +1,18 @@
 // Histograms (quantiles against exact order statistics), registry
-// snapshots, per-role aggregation and the JSON they become.
+// snapshots, per-role aggregation and the JSON they become; the metrics
+// file of a resumed run.
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <random>
 
 #include "moerl/core/json_writer.h"
-#include "moerl/telemetry/metrics_report.h"
+#include "moerl/telemetry/metrics_aggregator.h"
+#include "moerl/telemetry/metrics_file.h"
+#include "temp_dir.h"
 
 using namespace moerl::telemetry;
 
@@ -105,4 +109,26 @@ TEST_CASE("JsonWriter escapes strings and writes non-finite numbers as null", "[
       .key("list").begin_array().value(1).value(2.5).value(true).end_array()
       .end_object();
   CHECK(json.str() == R"({"text":"a\"b\\c\n\u0001","nan":null,"list":[1,2.5,true]})");
+}
+
+TEST_CASE("a resumed run's metrics file keeps the lines through its checkpoint's step", "[metrics]") {
+  moerl_test::TempDir dir;
+  const std::string path = dir.file("metrics.jsonl");
+  // Steps 1-4, then a crash cut step 5 short; the resume from step 2 writes 3 again.
+  std::ofstream(path) << "{\"step\":1,\"x\":1}\n{\"step\":2,\"x\":2}\n{\"step\":3,\"x\":3}\n"
+                         "{\"step\":4,\"x\":4}\n{\"step\":5,\"x\n";
+  CHECK(metrics_line_step("{\"step\":7}") == 7);
+  CHECK_FALSE(metrics_line_step("{\"step\":7"));
+  CHECK_FALSE(metrics_line_step("{\"steps\":7}"));
+  CHECK(last_metrics_line_through(path, 3) == std::string("{\"step\":3,\"x\":3}"));
+  CHECK(last_metrics_line_through(path, 99) == std::string("{\"step\":4,\"x\":4}"));
+  CHECK_FALSE(last_metrics_line_through(path, 0));
+  CHECK_FALSE(last_metrics_line_through(dir.file("missing.jsonl"), 3));
+
+  CHECK(keep_lines_through_step(path, 2) == 3);
+  std::ofstream(path, std::ios::app) << "{\"step\":3,\"x\":30}\n";
+  CHECK(last_metrics_line_through(path, 3) == std::string("{\"step\":3,\"x\":30}"));
+  CHECK(keep_lines_through_step(path, 3) == 0);
+  CHECK(keep_lines_through_step(dir.file("missing.jsonl"), 3) == 0);
+  CHECK_FALSE(std::filesystem::exists(dir.file("missing.jsonl")));
 }

@@ -89,15 +89,13 @@ std::string error_of(const std::function<void()>& action) {
 
 }  // namespace
 
-TEST_CASE("CRC-32C matches the standard check value on both paths", "[storage]") {
+TEST_CASE("CRC-32C matches the standard check value", "[storage]") {
   const char* text = "123456789";
-  CHECK(crc32c_portable(text, 9) == 0xE3069283u);
   CHECK(crc32c(text, 9) == 0xE3069283u);
   std::vector<std::uint8_t> data(1000 + 7);
   for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 31 + 7);
   for (std::size_t n : {0, 1, 7, 8, 9, 63, 1007}) {
     INFO("n = " << n);
-    CHECK(crc32c(data.data(), n) == crc32c_portable(data.data(), n));
     // Incremental equals one-shot.
     CHECK(crc32c(data.data() + n / 2, n - n / 2, crc32c(data.data(), n / 2)) == crc32c(data.data(), n));
   }

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "moerl/runtime/message.h"
-#include "moerl/telemetry/metrics_report.h"
+#include "moerl/runtime/metrics_report.h"
 
 using namespace moerl::runtime;
 
@@ -101,9 +101,9 @@ TEST_CASE("metrics reports round-trip and refuse inconsistent histograms", "[wir
   registry.set("env.sessions", 3);
   for (int i = 1; i <= 100; ++i) registry.record("env.step_latency_s", i * 1e-3);
   ByteWriter w;
-  moerl::telemetry::MetricsReport{registry.snapshot()}.encode(w);
+  moerl::runtime::MetricsReport{registry.snapshot()}.encode(w);
   ByteReader r(w.bytes());
-  const auto back = moerl::telemetry::MetricsReport::decode(r);
+  const auto back = moerl::runtime::MetricsReport::decode(r);
   r.expect_end();
   CHECK(back.snapshot.rank == 4);
   CHECK(back.snapshot.role == "env_worker");
@@ -117,5 +117,5 @@ TEST_CASE("metrics reports round-trip and refuse inconsistent histograms", "[wir
   auto bytes = w.take();
   bytes[bytes.size() - 1] ^= 0x01;
   ByteReader tampered(bytes);
-  CHECK_THROWS_AS(moerl::telemetry::MetricsReport::decode(tampered), WireError);
+  CHECK_THROWS_AS(moerl::runtime::MetricsReport::decode(tampered), WireError);
 }

@@ -2,6 +2,7 @@
 // A run configuration: one TOML file, parsed once into typed sections,
 // validated before any work starts, then read-only.
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -51,21 +52,28 @@ struct Config {
 // The families that have an [env.<name>] section.
 const std::vector<std::string>& env_family_names();
 
+// What the modules above config add to loading a file (setup/config_loading.h
+// supplies both): reading a [model] source = "hf:DIR" into the architecture
+// keys before the cross-field checks judge them, and checking [chat] against
+// the tokenizer after them. Each returns its issues; either may be empty.
+struct ConfigResolvers {
+  std::function<std::vector<ConfigIssue>(Config&)> apply_model_source;
+  std::function<std::vector<ConfigIssue>(const Config&)> check_chat;
+};
+
 // Parses and validates. `overrides` are "section.key=value" strings from
 // --set; values are TOML literals, and bare words are taken as strings.
 // Throws ConfigError listing every problem found; a path that is missing, a
 // directory or unreadable is one issue naming the path (with an empty key).
-Config load_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
+// Without resolvers an hf: source is not read and [chat] is not checked
+// against a tokenizer: what a job runs with comes from setup::load_config_*.
+Config load_config_file(const std::string& path, const std::vector<std::string>& overrides = {},
+                        const ConfigResolvers& resolvers = {});
 Config load_config_text(const std::string& text, const std::string& source_name,
-                        const std::vector<std::string>& overrides = {});
+                        const std::vector<std::string>& overrides = {}, const ConfigResolvers& resolvers = {});
 
 // Checks that need the MPI world: the [cluster] rank counts must add up to it.
 void check_world_size(const Config& config, int world_size);
-// What `moerl train` needs beyond a valid file: a layout for its episodes.
-// Layout "auto" on an hf: directory without tokenizer.json loads (`moerl
-// eval --tokens` renders no episode), but RL cannot start with it; throws
-// ConfigError naming chat.layout.
-void check_episode_format(const Config& config);
 
 // The resolved configuration, every key with its value (defaults included),
 // as TOML that load_config_text reads back to an equal Config.

@@ -74,9 +74,9 @@ struct ModelSection {
 
 enum class ChatLayoutPreset { Auto, Byte, ChatMl, Llama3 };
 
-// [chat]: how multi-turn episodes become tokens (model/episode_format.h).
+// [chat]: how multi-turn episodes become tokens (text/episode_format.h).
 // The string keys override the preset's field of the same name in
-// model::ChatLayout; "" keeps the preset's.
+// text::ChatLayout; "" keeps the preset's.
 struct ChatSection {
   ChatLayoutPreset layout = ChatLayoutPreset::Auto;  // auto: byte for the built-in model, chatml for hf:
   std::string tokenizer = "";       // tokenizer.json; "" = DIR/tokenizer.json of source = "hf:DIR"

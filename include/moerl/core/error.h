@@ -1,7 +1,8 @@
 #pragma once
-// moerl's exception types and check macros. Every error says where it came
-// from (file:line of the check, the rank when known, the operation) and what
-// the library said, so that a failure in a 40-rank job points at its cause.
+// moerl's exception types. Every error says where it came from (file:line of
+// the check, the rank when known, the operation) and what the library said,
+// so that a failure in a 40-rank job points at its cause. The macros that
+// raise them are in core/check.h.
 
 #include <stdexcept>
 #include <string>
@@ -17,8 +18,9 @@ class Error : public std::runtime_error {
 // A failed call into MPI, CUDA, NCCL or HDF5.
 class BackendError : public Error {
  public:
+  // "rank 3: NCCL call ncclAllReduce(...) failed: unhandled system error; HINT (at file:line)"
   BackendError(const std::string& backend, const std::string& operation, const std::string& detail,
-               const char* file, int line);
+               const char* file, int line, const std::string& hint = "");
   const std::string& backend() const { return backend_; }
 
  private:
@@ -36,22 +38,7 @@ void set_reported_rank(int rank);
 [[noreturn]] void throw_check_failure(const char* file, int line, const char* condition,
                                       const std::string& message);
 [[noreturn]] void throw_mpi_failure(const char* file, int line, const char* operation, int code);
+[[noreturn]] void throw_backend_failure(const char* file, int line, const char* backend, const std::string& operation,
+                                        const std::string& detail, const std::string& hint = "");
 
 }  // namespace moerl
-
-// MOERL_CHECK(cond, message): throws moerl::Error naming the condition.
-#define MOERL_CHECK(condition, message)                                        \
-  do {                                                                         \
-    if (!(condition)) {                                                        \
-      ::moerl::throw_check_failure(__FILE__, __LINE__, #condition, (message)); \
-    }                                                                          \
-  } while (0)
-
-// MOERL_MPI_CHECK(MPI_Send(...)): throws moerl::BackendError with MPI's error string.
-#define MOERL_MPI_CHECK(call)                                                  \
-  do {                                                                         \
-    int moerl_mpi_code_ = (call);                                              \
-    if (moerl_mpi_code_ != 0) {                                                \
-      ::moerl::throw_mpi_failure(__FILE__, __LINE__, #call, moerl_mpi_code_);  \
-    }                                                                          \
-  } while (0)

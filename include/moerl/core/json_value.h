@@ -74,29 +74,34 @@ class JsonValue {
   std::shared_ptr<const nlohmann::json> node_;
 };
 
+// An input iterator over a view that hands out its elements by index: an
+// array's values, an object's (key, value) pairs.
+template <class View, class Element>
+class JsonIndexIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = Element;
+  using difference_type = std::ptrdiff_t;
+  using pointer = void;
+  using reference = Element;
+  JsonIndexIterator(const View* view, std::size_t index) : view_(view), index_(index) {}
+  Element operator*() const { return view_->element(index_); }
+  JsonIndexIterator& operator++() {
+    ++index_;
+    return *this;
+  }
+  bool operator==(const JsonIndexIterator& other) const { return index_ == other.index_; }
+  bool operator!=(const JsonIndexIterator& other) const { return index_ != other.index_; }
+
+ private:
+  const View* view_;
+  std::size_t index_;
+};
+
 // The elements of an array, as JsonValue handles.
 class JsonArray {
  public:
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = JsonValue;
-    using difference_type = std::ptrdiff_t;
-    using pointer = void;
-    using reference = JsonValue;
-    iterator(const JsonArray* array, std::size_t index) : array_(array), index_(index) {}
-    JsonValue operator*() const { return (*array_)[index_]; }
-    iterator& operator++() {
-      ++index_;
-      return *this;
-    }
-    bool operator==(const iterator& other) const { return index_ == other.index_; }
-    bool operator!=(const iterator& other) const { return index_ != other.index_; }
-
-   private:
-    const JsonArray* array_;
-    std::size_t index_;
-  };
+  using iterator = JsonIndexIterator<JsonArray, JsonValue>;
 
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
@@ -106,6 +111,8 @@ class JsonArray {
 
  private:
   friend class JsonValue;
+  friend iterator;
+  JsonValue element(std::size_t index) const { return (*this)[index]; }
   JsonArray(std::shared_ptr<const nlohmann::json> array, std::size_t size) : array_(std::move(array)), size_(size) {}
   std::shared_ptr<const nlohmann::json> array_;
   std::size_t size_;
@@ -117,26 +124,7 @@ class JsonObject {
   using Member = std::pair<const std::string*, const nlohmann::json*>;
 
  public:
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = std::pair<const std::string&, JsonValue>;
-    using difference_type = std::ptrdiff_t;
-    using pointer = void;
-    using reference = value_type;
-    iterator(const JsonObject* object, std::size_t index) : object_(object), index_(index) {}
-    value_type operator*() const { return object_->member(index_); }
-    iterator& operator++() {
-      ++index_;
-      return *this;
-    }
-    bool operator==(const iterator& other) const { return index_ == other.index_; }
-    bool operator!=(const iterator& other) const { return index_ != other.index_; }
-
-   private:
-    const JsonObject* object_;
-    std::size_t index_;
-  };
+  using iterator = JsonIndexIterator<JsonObject, std::pair<const std::string&, JsonValue>>;
 
   std::size_t size() const { return members_.size(); }
   bool empty() const { return members_.empty(); }
@@ -145,9 +133,10 @@ class JsonObject {
 
  private:
   friend class JsonValue;
+  friend iterator;
   JsonObject(std::shared_ptr<const nlohmann::json> document, std::vector<Member> members)
       : document_(std::move(document)), members_(std::move(members)) {}
-  std::pair<const std::string&, JsonValue> member(std::size_t index) const;
+  std::pair<const std::string&, JsonValue> element(std::size_t index) const;
   std::shared_ptr<const nlohmann::json> document_;
   std::vector<Member> members_;
 };

@@ -2,7 +2,7 @@
 // moerl parameter names <-> Hugging Face tensor names, and writing a policy's
 // weights as a Hugging Face model directory. No LibTorch (moerl_core): the
 // export runs from checkpoint arrays; the loader into a live Policy is in
-// hf/policy_loader.h.
+// model/hf_policy_loader.h.
 //
 // Names: HF prefixes all but lm_head.weight with "model."; Mixtral calls the
 // MoE block block_sparse_moe and the expert projections w1 (gate), w3 (up),
@@ -62,7 +62,7 @@ struct OwnedParameter {
 
 // The policy's parameters read from an hf: directory (F16/BF16 converted to
 // float32), all checked first. For tools that need no LibTorch (import into
-// a checkpoint store); the policy itself loads through hf/policy_loader.h.
+// a checkpoint store); the policy itself loads through model/hf_policy_loader.h.
 std::vector<OwnedParameter> read_hf_parameters(const std::string& dir, const config::ModelSection& model,
                                                const config::MoeSection& moe);
 

@@ -42,7 +42,8 @@
 #include "moerl/telemetry/metrics_server.h"
 #include "moerl/runtime/malformed_messages.h"
 #include "moerl/runtime/world.h"
-#include "moerl/telemetry/metrics_report.h"
+#include "moerl/telemetry/metrics_aggregator.h"
+#include "moerl/telemetry/metrics_file.h"
 
 namespace moerl::learner {
 

@@ -15,7 +15,7 @@
 #include "moerl/learner/episode_inbox.h"
 #include "moerl/runtime/malformed_messages.h"
 #include "moerl/runtime/world.h"
-#include "moerl/telemetry/metrics_report.h"
+#include "moerl/runtime/metrics_report.h"
 
 namespace moerl::learner {
 
@@ -38,7 +38,7 @@ class EpisodeReceiver {
   runtime::Mailbox& mailbox_;
   EpisodeInbox& inbox_;
   runtime::MalformedMessages malformed_;
-  telemetry::MetricsReporter reporter_;
+  runtime::MetricsReporter reporter_;
   std::mutex mutex_;
   std::optional<std::string> failure_;
   bool failure_taken_ = false;

@@ -6,7 +6,7 @@
 // context as a user turn followed by the assistant header; generate until
 // end-of-turn; send the decoded action to the env worker; repeat until the
 // episode is done (or the context budget ends it, flagged). The tokens of
-// every turn follow the run's episode format ([chat], model/episode_format.h):
+// every turn follow the run's episode format ([chat], text/episode_format.h):
 // the byte tokenizer's layout, or the model's tokenizer with a chat layout. The whole context
 // with its generated-token mask, behaviour log-probs, token versions and the
 // routing of every fed position becomes one Trajectory for learner
@@ -41,7 +41,7 @@
 #include "moerl/comm/communicator.h"
 #include "moerl/config/config.h"
 #include "moerl/env/env_worker.h"
-#include "moerl/model/episode_format.h"
+#include "moerl/text/episode_format.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/generation_engine.h"
 #include "moerl/rollout/trajectory.h"
@@ -129,7 +129,7 @@ class Actor {
   const config::Config& config_;
   const runtime::World& world_;
   runtime::Mailbox& mailbox_;
-  model::EpisodeFormat format_;  // before engine_, which takes a copy
+  text::EpisodeFormat format_;  // before engine_, which takes a copy
   GenerationEngine engine_;
   env::EnvClient env_;
   std::unique_ptr<comm::Communicator> sync_survivors_;  // the sync group after a loss (owned)

@@ -62,7 +62,7 @@
 // drops every session's KV so that everything after the swap is computed
 // with the new weights only.
 //
-// Token layout. EngineOptions::format (model/episode_format.h) names the
+// Token layout. EngineOptions::format (text/episode_format.h) names the
 // end-of-turn token a turn stops on, the bytes of each token that stop
 // strings are matched on, the message boundaries and head that truncation
 // keeps, and the id that pads rows; the default is the byte tokenizer's.
@@ -86,7 +86,7 @@
 
 #include <torch/torch.h>
 
-#include "moerl/model/episode_format.h"
+#include "moerl/text/episode_format.h"
 #include "moerl/model/kv_cache.h"
 #include "moerl/model/policy.h"
 #include "moerl/rollout/sampling.h"
@@ -135,7 +135,7 @@ struct EngineOptions {
   std::int64_t moe_top_k = 0;
   // KV storage (rollout.kv_cache_dtype): Float, or Int8 (model/kv_cache.h).
   model::KVCacheDtype kv_cache_dtype = model::KVCacheDtype::Float;
-  model::EpisodeFormat format;           // token layout (see above); default: the byte tokenizer
+  text::EpisodeFormat format;           // token layout (see above); default: the byte tokenizer
 };
 
 // One finished turn of a session.

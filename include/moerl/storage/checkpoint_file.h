@@ -24,7 +24,7 @@
 #include <variant>
 #include <vector>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 #include "moerl/storage/hdf5_file.h"
 
 namespace moerl::storage {

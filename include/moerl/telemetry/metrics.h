@@ -2,7 +2,7 @@
 // The metrics registry every module records into: counters (only go up),
 // gauges (last value) and histograms (distributions with p50/p90/p99). One
 // registry per process, tagged with the rank and role; snapshots travel to
-// learner 0 as MetricsReport messages (metrics_report.h).
+// learner 0 as MetricsReport messages (runtime/metrics_report.h).
 //
 // Names are dotted and carry their unit: "rollout.decode_tokens_per_s",
 // "env.step_latency_s", "sync.bytes".

@@ -7,9 +7,9 @@
 
 #include <climits>
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
-namespace moerl::model::bpe {
+namespace moerl::text::bpe {
 
 const char* const kGpt2SplitPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -166,4 +166,4 @@ void PreTokenizer::set_byte_level(bool add_prefix_space, std::unique_ptr<Regex> 
   gpt2_regex_ = std::move(gpt2_regex);
 }
 
-}  // namespace moerl::model::bpe
+}  // namespace moerl::text::bpe

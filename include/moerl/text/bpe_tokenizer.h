@@ -37,7 +37,7 @@
 #include <string_view>
 #include <vector>
 
-namespace moerl::model {
+namespace moerl::text {
 
 class BpeTokenizer {
  public:
@@ -80,4 +80,4 @@ class BpeTokenizer {
 // becomes one U+FFFD; valid text is unchanged.
 std::string utf8_lossy(std::string_view bytes);
 
-}  // namespace moerl::model
+}  // namespace moerl::text

@@ -1,8 +1,8 @@
 // Hugging Face safetensors -> Policy parameters: plan and check every
-// tensor first (plan_hf_load), then copy straight from the mapping
+// tensor first (hf::plan_hf_load), then copy straight from the mapping
 // (converting F16/BF16 to the policy's dtype).
 
-#include "moerl/hf/policy_loader.h"
+#include "moerl/model/hf_policy_loader.h"
 
 #include <chrono>
 #include <cstring>
@@ -10,8 +10,12 @@
 #include "moerl/hf/hf_weights.h"
 #include "moerl/hf/safetensors.h"
 
-namespace moerl::hf {
+namespace moerl::model {
 namespace {
+
+using hf::DType;
+using hf::SafetensorsFile;
+using hf::TensorInfo;
 
 torch::Dtype torch_dtype(DType dtype) {
   switch (dtype) {
@@ -27,7 +31,7 @@ torch::Dtype torch_dtype(DType dtype) {
 torch::Tensor mapped_tensor(const SafetensorsFile& file, const TensorInfo& info) {
   const std::uint8_t* bytes = file.data(info);
   const torch::Dtype dtype = torch_dtype(info.dtype);
-  if (reinterpret_cast<std::uintptr_t>(bytes) % dtype_size(info.dtype) == 0) {
+  if (reinterpret_cast<std::uintptr_t>(bytes) % hf::dtype_size(info.dtype) == 0) {
     return torch::from_blob(const_cast<std::uint8_t*>(bytes), info.shape, torch::TensorOptions().dtype(dtype));
   }
   torch::Tensor copy = torch::empty(info.shape, torch::TensorOptions().dtype(dtype));
@@ -37,21 +41,21 @@ torch::Tensor mapped_tensor(const SafetensorsFile& file, const TensorInfo& info)
 
 }  // namespace
 
-LoadStats load_hf_weights(model::PolicyImpl& policy, const std::string& dir, Architecture arch) {
+HfLoadStats load_hf_weights(PolicyImpl& policy, const std::string& dir, hf::Architecture arch) {
   const auto start = std::chrono::steady_clock::now();
-  const SafetensorsDirectory files(dir);
+  const hf::SafetensorsDirectory files(dir);
   auto parameters = policy.named_parameters(/*recurse=*/true);
-  std::vector<ParameterShape> shapes;
+  std::vector<hf::ParameterShape> shapes;
   for (const auto& item : parameters) {
     shapes.push_back({item.key(), std::vector<std::int64_t>(item.value().sizes().begin(), item.value().sizes().end())});
   }
   // Everything is matched and checked before the first copy.
-  const std::vector<TensorSource> plan = plan_hf_load(files, shapes, policy.moe_config().num_experts, arch,
+  const std::vector<hf::TensorSource> plan = hf::plan_hf_load(files, shapes, policy.moe_config().num_experts, arch,
                                                       policy.model_config().tie_embeddings);
-  LoadStats stats;
+  HfLoadStats stats;
   stats.files = files.num_files();
   torch::NoGradGuard no_grad;
-  for (const TensorSource& source : plan) {
+  for (const hf::TensorSource& source : plan) {
     torch::Tensor target = parameters[source.parameter].value();
     if (source.slice >= 0) target = target.select(0, source.slice);
     target.copy_(mapped_tensor(*source.file, *source.tensor));
@@ -62,14 +66,14 @@ LoadStats load_hf_weights(model::PolicyImpl& policy, const std::string& dir, Arc
   return stats;
 }
 
-model::Policy load_hf_policy(const config::Config& config, LoadStats* stats) {
-  const std::string dir = hf_directory(config.model.source);
-  if (dir.empty()) throw HfConfigError("model.source is '" + config.model.source + "', not an hf: directory");
-  const Architecture arch = read_hf_model(dir).architecture;
-  model::Policy policy(config.model, config.moe);
-  const LoadStats loaded = load_hf_weights(*policy, dir, arch);
+Policy load_hf_policy(const config::Config& config, HfLoadStats* stats) {
+  const std::string dir = hf::hf_directory(config.model.source);
+  if (dir.empty()) throw hf::HfConfigError("model.source is '" + config.model.source + "', not an hf: directory");
+  const hf::Architecture arch = hf::read_hf_model(dir).architecture;
+  Policy policy(config.model, config.moe);
+  const HfLoadStats loaded = load_hf_weights(*policy, dir, arch);
   if (stats != nullptr) *stats = loaded;
   return policy;
 }
 
-}  // namespace moerl::hf
+}  // namespace moerl::model

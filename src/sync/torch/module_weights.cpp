@@ -1,5 +1,7 @@
 #include "moerl/sync/module_weights.h"
 
+#include "moerl/core/check.h"
+
 namespace moerl::sync {
 
 std::vector<WeightView> module_weight_views(torch::nn::Module& module) {

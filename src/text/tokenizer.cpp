@@ -1,8 +1,8 @@
-#include "moerl/model/tokenizer.h"
+#include "moerl/text/tokenizer.h"
 
-#include "moerl/core/error.h"
+#include "moerl/core/check.h"
 
-namespace moerl::model {
+namespace moerl::text {
 
 std::vector<std::int64_t> ByteTokenizer::encode(std::string_view text) const {
   std::vector<std::int64_t> ids;
@@ -71,4 +71,4 @@ RenderedChat render_chat(const std::vector<ChatMessage>& messages, bool add_gene
   return out;
 }
 
-}  // namespace moerl::model
+}  // namespace moerl::text

@@ -13,9 +13,9 @@
 #include "moerl/hf/hf_config.h"
 #include "moerl/model/policy.h"
 
-namespace moerl::hf {
+namespace moerl::model {
 
-struct LoadStats {
+struct HfLoadStats {
   std::uint64_t bytes = 0;   // tensor bytes read from the files
   std::size_t tensors = 0;
   std::size_t files = 0;
@@ -24,10 +24,10 @@ struct LoadStats {
 
 // Fills `policy` (float32 or any floating dtype; F16/BF16 files are
 // converted) from DIR's safetensors, named as `arch` names them.
-LoadStats load_hf_weights(model::PolicyImpl& policy, const std::string& dir, Architecture arch);
+HfLoadStats load_hf_weights(PolicyImpl& policy, const std::string& dir, hf::Architecture arch);
 
 // A policy for config.model/config.moe with the weights of config.model.source
 // (which must be "hf:DIR").
-model::Policy load_hf_policy(const config::Config& config, LoadStats* stats = nullptr);
+Policy load_hf_policy(const config::Config& config, HfLoadStats* stats = nullptr);
 
-}  // namespace moerl::hf
+}  // namespace moerl::model

@@ -1,4 +1,4 @@
-#include "moerl/model/bpe_tokenizer.h"
+#include "moerl/text/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <array>
@@ -12,7 +12,7 @@
 #include "moerl/core/error.h"
 #include "moerl/core/json_value.h"
 
-namespace moerl::model {
+namespace moerl::text {
 
 namespace {
 
@@ -605,4 +605,4 @@ std::string utf8_lossy(std::string_view bytes) {
   return out;
 }
 
-}  // namespace moerl::model
+}  // namespace moerl::text

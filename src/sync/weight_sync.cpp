@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "moerl/core/check.h"
 #include "moerl/core/hash.h"
 #include <signal.h>
 

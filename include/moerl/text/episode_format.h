@@ -43,9 +43,9 @@
 
 #include "moerl/config/sections.h"
 #include "moerl/core/error.h"
-#include "moerl/model/chat_layout.h"
+#include "moerl/text/chat_layout.h"
 
-namespace moerl::model {
+namespace moerl::text {
 
 // A [chat] (or [model]) setting that gives no usable format; key() is the
 // configuration key at fault ("chat.end_of_turn", "model.vocab_size", ...).
@@ -117,4 +117,4 @@ EpisodeFormat make_episode_format(const config::ModelSection& model, const confi
 // throws for it, naming chat.layout.
 bool episode_format_undecided(const config::ModelSection& model, const config::ChatSection& chat);
 
-}  // namespace moerl::model
+}  // namespace moerl::text

@@ -1,8 +1,8 @@
-#include "moerl/model/chat_layout.h"
+#include "moerl/text/chat_layout.h"
 
 #include "moerl/core/error.h"
 
-namespace moerl::model {
+namespace moerl::text {
 
 namespace {
 
@@ -71,4 +71,4 @@ RenderedChat ChatRenderer::render(const std::vector<ChatMessage>& messages, bool
   return out;
 }
 
-}  // namespace moerl::model
+}  // namespace moerl::text

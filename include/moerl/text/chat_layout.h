@@ -2,7 +2,7 @@
 // A configurable chat layout for multi-turn episodes with a BPE tokenizer
 // (ChatML for Qwen, the Llama-3 header layout, ...), rendering a
 // conversation into tokens and the assistant mask with the same rule as
-// render_chat() of the byte tokenizer (moerl/model/tokenizer.h): the mask is
+// render_chat() of the byte tokenizer (moerl/text/tokenizer.h): the mask is
 // 1 exactly on the assistant's content tokens and its closing end-of-turn
 // token, which the policy generates; everything else is context (0).
 //
@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "moerl/core/error.h"
-#include "moerl/model/bpe_tokenizer.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/text/bpe_tokenizer.h"
+#include "moerl/text/tokenizer.h"
 
-namespace moerl::model {
+namespace moerl::text {
 
 // A layout that does not fit its tokenizer. field() names the ChatLayout
 // member at fault ("message", "end_of_turn"), so that a caller can point at
@@ -78,4 +78,4 @@ class ChatRenderer {
   std::int64_t end_of_turn_id_ = -1;
 };
 
-}  // namespace moerl::model
+}  // namespace moerl::text

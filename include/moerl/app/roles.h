@@ -11,7 +11,7 @@
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/world.h"
 
-namespace moerl::learner {
+namespace moerl::app {
 
 // Runs this rank's role until the job ends; `init_path` (may be empty) holds
 // the starting policy weights; `resume` ("", "auto" or a checkpoint store
@@ -25,4 +25,4 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
 // `moerl pretrain` (one process).
 int run_pretrain_command(const config::Config& config);
 
-}  // namespace moerl::learner
+}  // namespace moerl::app

@@ -1,13 +1,13 @@
-#include "moerl/model/episode_format.h"
+#include "moerl/text/episode_format.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <optional>
 
 #include "moerl/hf/hf_config.h"
-#include "moerl/model/tokenizer.h"
+#include "moerl/text/tokenizer.h"
 
-namespace moerl::model {
+namespace moerl::text {
 
 struct EpisodeFormat::Impl {
   std::optional<BpeTokenizer> tokenizer;  // none: the byte tokenizer
@@ -264,4 +264,4 @@ EpisodeFormat make_episode_format(const config::ModelSection& model, const confi
   return chat_format(model, chat, preset, dir);
 }
 
-}  // namespace moerl::model
+}  // namespace moerl::text

@@ -1,4 +1,4 @@
-#include "moerl/learner/roles.h"
+#include "moerl/app/roles.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,16 +8,16 @@
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/env/env_release.h"
 #include "moerl/env/env_worker.h"
-#include "moerl/hf/policy_loader.h"
+#include "moerl/model/hf_policy_loader.h"
 #include "moerl/learner/learner.h"
 #include "moerl/learner/pretrain.h"
 #include "moerl/model/param_report.h"
 #include "moerl/rollout/actor.h"
 #include "moerl/runtime/fault_plan.h"
+#include "moerl/runtime/metrics_report.h"
 #include "moerl/sync/module_weights.h"
-#include "moerl/telemetry/metrics_report.h"
 
-namespace moerl::learner {
+namespace moerl::app {
 namespace {
 
 // Every rank builds the same initial policy: same seed, the same file, or
@@ -25,8 +25,8 @@ namespace {
 model::Policy make_policy(const config::Config& config, const std::string& init_path) {
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
   model::Policy policy = hf::hf_directory(config.model.source).empty() ? model::Policy(config.model, config.moe)
-                                                                       : hf::load_hf_policy(config);
-  if (!init_path.empty()) load_policy(policy, init_path);
+                                                                       : model::load_hf_policy(config);
+  if (!init_path.empty()) learner::load_policy(policy, init_path);
   return policy;
 }
 
@@ -64,7 +64,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
     case runtime::Role::EnvWorker: {
       env::SessionHost host(env::session_host_options(config, world.compute_threads()));
       env::EnvWorkerService service(host, mailbox);
-      telemetry::MetricsReporter reporter(mailbox, config.telemetry.metrics_interval_s);
+      runtime::MetricsReporter reporter(mailbox, config.telemetry.metrics_interval_s);
       env::ReleaseOnSignal release(mailbox, stop, config.cluster.message_timeout_s);
       bool leave = false;
       service.serve([&] {
@@ -102,7 +102,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
       std::unique_ptr<comm::MpiCommunicator> sync_comm;
       if (world.is_coordinator()) sync_comm = std::make_unique<comm::MpiCommunicator>(world.sync_comm(), "weight-sync group");
-      Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume,
+      learner::Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume,
                       world.is_coordinator() ? heartbeat : nullptr);
       learner.run(stop);
       if (world.is_coordinator()) {
@@ -125,11 +125,11 @@ int run_pretrain_command(const config::Config& config) {
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
   model::Policy policy(config.model, config.moe);
   std::printf("%s\n", model::parameter_report(*policy).format().c_str());
-  const PretrainReport report = pretrain(config, policy);
+  const learner::PretrainReport report = learner::pretrain(config, policy);
   std::printf("pretrain: %lld steps in %.0f s, loss %.3f -> %.3f, action-token accuracy %.1f%%; saved %s\n",
               static_cast<long long>(report.steps), report.wall_s, report.first_loss, report.final_loss,
               100 * report.final_accuracy, report.path.c_str());
   return 0;
 }
 
-}  // namespace moerl::learner
+}  // namespace moerl::app

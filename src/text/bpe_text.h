@@ -15,7 +15,7 @@
 struct pcre2_real_code_8;
 struct pcre2_real_match_data_8;
 
-namespace moerl::model::bpe {
+namespace moerl::text::bpe {
 
 // One step of a UTF-8 scan: a valid code point of `length` bytes, or
 // (valid = false) the maximal invalid subsequence there, 1-3 bytes: the
@@ -164,4 +164,4 @@ void PreTokenizer::byte_level(std::string_view text, MatchScratch& scratch, Sink
   });
 }
 
-}  // namespace moerl::model::bpe
+}  // namespace moerl::text::bpe

@@ -21,7 +21,7 @@
 #include <string_view>
 #include <vector>
 
-namespace moerl::model {
+namespace moerl::text {
 
 // The special token ids. Kept as plain constants so that other modules (the
 // rollout stop condition, the learner's masks) can use them without a
@@ -79,4 +79,4 @@ class ByteTokenizer {
 RenderedChat render_chat(const std::vector<ChatMessage>& messages,
                          bool add_generation_prompt = false);
 
-}  // namespace moerl::model
+}  // namespace moerl::text
