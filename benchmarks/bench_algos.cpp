@@ -14,8 +14,8 @@
 // Per run it reads summary.json (held-out success per family before and after training, with the
 // 95% interval and the gain's interval where summary.json has them: ci_low/ci_high, gain) and
 // metrics.jsonl (training reward per step; generated tokens of the episodes the learner took per
-// second, from the first step's line to the last), and its wall time. It writes D/algos.json (everything) and D/algos.md (the
-// tables, also printed), and calls scripts/plot_curves.py for the learning curves (D/curves.png, one
+// second, from the first step's line to the last), and its wall time. It writes D/algos.json (everything) and
+// D/algos.md (the tables, also printed), and calls scripts/plot_curves.py for the learning curves (D/curves.png, one
 // line per objective, and D/curve_<objective>.png); without matplotlib it says so and the tables
 // are still written. A run that fails or passes its deadline (3 minutes plus 8 s per step) is named
 // in the table, and the bench then exits with status 1 once everything is written.
@@ -122,7 +122,7 @@ struct RunResult {
   double wall_s = NAN;               // summary.json wall_s: the job, evaluations included
   double job_wall_s = 0;             // the child process, start-up and shut-down included
   double steps_completed = 0;
-  std::vector<double> rewards;       // training reward per step
+  std::vector<double> rewards;  // training reward per step
   bool ok() const { return exit_status == 0; }
 };
 
@@ -184,7 +184,8 @@ void read_outcome(RunResult& r) {
 std::vector<std::string> train_argv(const AlgosArgs& args, const Objective& objective, std::int64_t seed,
                                     const std::string& launcher, const std::string& init) {
   // No restarts: a restarted run would mix two runs' wall time and curves.
-  std::vector<std::string> argv = {launcher, "--max-restarts", "0", "-n", "4", "train", "--config", args.run.config_path};
+  std::vector<std::string> argv = {launcher, "--max-restarts", "0",        "-n",
+                                   "4",      "train",          "--config", args.run.config_path};
   // The user's overrides first: the bench's own (where runs go, the budget, the layout of -n 4, the
   // objective) win.
   std::vector<std::string> sets = args.run.overrides;
@@ -221,9 +222,10 @@ std::string base_weights(const AlgosArgs& args) {
   const int status = moerl::bench::run_job(argv, log, 1800, "bench algos");
   std::cout << "exit status " << status << "\n" << std::flush;
   if (status != 0)
-    throw moerl::Error("bench algos: pretraining the base failed (" +
-                       (status < 0 ? std::string("past its 30-minute deadline") : "exit status " + std::to_string(status)) +
-                       "; see " + log + ")");
+    throw moerl::Error(
+        "bench algos: pretraining the base failed (" +
+        (status < 0 ? std::string("past its 30-minute deadline") : "exit status " + std::to_string(status)) + "; see " +
+        log + ")");
   return base;
 }
 
@@ -313,8 +315,18 @@ std::string markdown(const AlgosArgs& args, const std::string& init, const std::
 }
 
 void write_score(JsonWriter& json, const Score& s) {
-  json.begin_object().key("success").value(s.success).key("ci_low").value(s.ci_low).key("ci_high").value(s.ci_high)
-      .key("successes").value(s.successes).key("episodes").value(s.episodes).end_object();
+  json.begin_object()
+      .key("success")
+      .value(s.success)
+      .key("ci_low")
+      .value(s.ci_low)
+      .key("ci_high")
+      .value(s.ci_high)
+      .key("successes")
+      .value(s.successes)
+      .key("episodes")
+      .value(s.episodes)
+      .end_object();
 }
 
 std::string results_json(const AlgosArgs& args, const std::string& init, const std::vector<RunResult>& runs,
@@ -341,8 +353,15 @@ std::string results_json(const AlgosArgs& args, const std::string& init, const s
       for (const auto& [family, s] : r.after) write_score(json.key(family), s);
       json.end_object().key("gain").begin_object();
       for (const auto& [family, g] : r.gain)
-        json.key(family).begin_object().key("value").value(g.value).key("ci_low").value(g.ci_low).key("ci_high")
-            .value(g.ci_high).end_object();
+        json.key(family)
+            .begin_object()
+            .key("value")
+            .value(g.value)
+            .key("ci_low")
+            .value(g.ci_low)
+            .key("ci_high")
+            .value(g.ci_high)
+            .end_object();
       json.end_object().key("rewards").begin_array();
       for (double x : r.rewards) json.value(x);
       json.end_array();
@@ -361,9 +380,9 @@ std::vector<std::string> plot_curves(const AlgosArgs& args, const std::vector<Ru
   // Debian's python3-matplotlib belongs to Debian's interpreter; a python3
   // that comes first in PATH (pyenv, a virtual environment) may not see it.
   const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-  std::vector<std::string> argv = {python, std::string(MOERL_SOURCE_DIR) + "/scripts/plot_curves.py", "--out",
-                                   args.dir, "--title",
-                                   "training reward per step, " + std::to_string(args.steps) + " steps"};
+  std::vector<std::string> argv = {python,    std::string(MOERL_SOURCE_DIR) + "/scripts/plot_curves.py",
+                                   "--out",   args.dir,
+                                   "--title", "training reward per step, " + std::to_string(args.steps) + " steps"};
   std::vector<std::string> labels;
   for (const Objective& o : objectives()) {
     std::string dirs;
@@ -385,8 +404,9 @@ std::vector<std::string> plot_curves(const AlgosArgs& args, const std::vector<Ru
   } else if (status == 127) {
     problem = python + " was not found";
   } else if (status != 0) {
-    problem = "scripts/plot_curves.py failed (" + (status < 0 ? std::string("past its deadline") : "exit status " +
-              std::to_string(status)) + "; see " + log + ")";
+    problem = "scripts/plot_curves.py failed (" +
+              (status < 0 ? std::string("past its deadline") : "exit status " + std::to_string(status)) + "; see " +
+              log + ")";
   }
   if (!problem.empty()) return {};
   std::vector<std::string> plots = {args.dir + "/curves.png"};
@@ -408,7 +428,8 @@ moerl::bench::BenchReport run_algos_bench(const moerl::bench::BenchOptions& opti
   const double deadline_s = 180.0 + 8.0 * static_cast<double>(args.steps);
   std::vector<RunResult> runs;
   for (const Objective& objective : objectives()) {
-    if (!args.only.empty() && std::find(args.only.begin(), args.only.end(), objective.name) == args.only.end()) continue;
+    if (!args.only.empty() && std::find(args.only.begin(), args.only.end(), objective.name) == args.only.end())
+      continue;
     for (std::int64_t seed : args.seeds) {
       RunResult r;
       r.objective = objective.name;
@@ -421,11 +442,10 @@ moerl::bench::BenchReport run_algos_bench(const moerl::bench::BenchOptions& opti
       std::cout << "bench algos: " << objective.name << " seed " << seed << ", " << args.steps << " steps... "
                 << std::flush;
       const auto started = std::chrono::steady_clock::now();
-      r.exit_status = moerl::bench::run_job(train_argv(args, objective, seed, launcher, init), r.log, deadline_s,
-                                            "bench algos");
+      r.exit_status =
+          moerl::bench::run_job(train_argv(args, objective, seed, launcher, init), r.log, deadline_s, "bench algos");
       r.job_wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      std::cout << status_text(r) << " after " << fixed(r.job_wall_s, 0) << " s (log: " << r.log << ")\n"
-                << std::flush;
+      std::cout << status_text(r) << " after " << fixed(r.job_wall_s, 0) << " s (log: " << r.log << ")\n" << std::flush;
       if (r.ok()) {
         try {
           read_outcome(r);
@@ -462,7 +482,8 @@ moerl::bench::BenchReport run_algos_bench(const moerl::bench::BenchOptions& opti
     c.params["steps"] = args.steps;
     if (!r.ok()) {
       c.metrics["exit_status"] = r.exit_status;
-      failed.push_back(r.objective + " seed " + std::to_string(r.seed) + " (" + status_text(r) + ", log " + r.log + ")");
+      failed.push_back(r.objective + " seed " + std::to_string(r.seed) + " (" + status_text(r) + ", log " + r.log +
+                       ")");
     } else {
       for (const auto& [family, s] : r.before) c.metrics["before." + family] = s.success;
       for (const auto& [family, s] : r.after) c.metrics["after." + family] = s.success;

@@ -110,8 +110,11 @@ BenchReport run_parent(const BenchOptions& options) {
     for (const GemmShape& s : shapes(options.quick)) {
       BenchCase c;
       c.name = std::string("sgemm_") + s.what;
-      c.params = {{"m", std::int64_t{s.m}}, {"n", std::int64_t{s.n}}, {"k", std::int64_t{s.k}},
-                  {"threads", std::int64_t{threads}}, {"core", mine.core}};
+      c.params = {{"m", std::int64_t{s.m}},
+                  {"n", std::int64_t{s.n}},
+                  {"k", std::int64_t{s.k}},
+                  {"threads", std::int64_t{threads}},
+                  {"core", mine.core}};
       c.metrics = {{"GFLOP_per_s", best[mine.core][s.what]}};
       for (const std::string& core : cores) c.metrics["GFLOP_per_s_" + core] = best[core][s.what];
       c.baseline = {{"GFLOP_per_s", best["Prescott"][s.what]}};  // what users got on an unknown CPU

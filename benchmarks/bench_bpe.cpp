@@ -75,8 +75,10 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
   const auto add = [&](const std::string& name, double seconds, double baseline_seconds) {
     moerl::bench::BenchCase c;
     c.name = name;
-    c.params = {{"tokenizer", tokenizer_path}, {"text_bytes", static_cast<std::int64_t>(text.size())},
-                {"bpe_tokens", static_cast<std::int64_t>(ids.size())}, {"load_ms", load_seconds * 1e3}};
+    c.params = {{"tokenizer", tokenizer_path},
+                {"text_bytes", static_cast<std::int64_t>(text.size())},
+                {"bpe_tokens", static_cast<std::int64_t>(ids.size())},
+                {"load_ms", load_seconds * 1e3}};
     c.metrics = {{"MB_per_s", megabytes / seconds}, {"tokens_per_s", tokens / seconds}};
     c.baseline = {{"MB_per_s", megabytes / baseline_seconds}};
     c.ratio_metric = "MB_per_s";
@@ -84,8 +86,8 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
   };
   add("encode, word cache warm", warm, byte_encode);
   add("encode, word cache cold", cold, byte_encode);
-  add("encode, one call per paragraph", per_paragraph * static_cast<double>(text.size()) /
-                                             static_cast<double>(paragraphs * held_out.size()),
+  add("encode, one call per paragraph",
+      per_paragraph * static_cast<double>(text.size()) / static_cast<double>(paragraphs * held_out.size()),
       byte_per_paragraph * static_cast<double>(text.size()) / static_cast<double>(paragraphs * held_out.size()));
   add("decode", decode, byte_decode);
   return report;
@@ -93,5 +95,4 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
 
 }  // namespace
 
-MOERL_BENCHMARK("bpe", "byte-level BPE encode/decode MB/s and tokens/s vs the byte tokenizer on the same text",
-                run);
+MOERL_BENCHMARK("bpe", "byte-level BPE encode/decode MB/s and tokens/s vs the byte tokenizer on the same text", run);

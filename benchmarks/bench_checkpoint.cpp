@@ -101,13 +101,20 @@ void run_case(const ModelCase& mc, int repetitions, const std::string& scratch, 
     best_read = std::min(best_read, plain_read(plain, bytes));
   }
   const double gb = static_cast<double>(file_bytes) / 1e9;
-  const std::map<std::string, ParamValue> params = {{"model", mc.name},
-                                                    {"weight_bytes", weight_bytes},
-                                                    {"file_bytes", static_cast<std::int64_t>(file_bytes)}};
-  BenchCase save{"save", params, {{"GB_per_s", gb / best_save}, {"seconds", best_save}},
-                 {{"GB_per_s", gb / best_write}, {"seconds", best_write}}, "GB_per_s", true};
-  BenchCase load{"load", params, {{"GB_per_s", gb / best_load}, {"seconds", best_load}},
-                 {{"GB_per_s", gb / best_read}, {"seconds", best_read}}, "GB_per_s", true};
+  const std::map<std::string, ParamValue> params = {
+      {"model", mc.name}, {"weight_bytes", weight_bytes}, {"file_bytes", static_cast<std::int64_t>(file_bytes)}};
+  BenchCase save{"save",
+                 params,
+                 {{"GB_per_s", gb / best_save}, {"seconds", best_save}},
+                 {{"GB_per_s", gb / best_write}, {"seconds", best_write}},
+                 "GB_per_s",
+                 true};
+  BenchCase load{"load",
+                 params,
+                 {{"GB_per_s", gb / best_load}, {"seconds", best_load}},
+                 {{"GB_per_s", gb / best_read}, {"seconds", best_read}},
+                 "GB_per_s",
+                 true};
   report.cases.push_back(save);
   report.cases.push_back(load);
 }
@@ -115,7 +122,8 @@ void run_case(const ModelCase& mc, int repetitions, const std::string& scratch, 
 BenchReport run(const BenchOptions& options) {
   BenchReport report;
   report.bench = "checkpoint";
-  const std::string scratch = (fs::temp_directory_path() / ("moerl-bench-checkpoint-" + std::to_string(::getpid()))).string();
+  const std::string scratch =
+      (fs::temp_directory_path() / ("moerl-bench-checkpoint-" + std::to_string(::getpid()))).string();
   fs::create_directories(scratch);
   std::vector<ModelCase> cases = {{"quickstart", 128, 2, 8, 128}};
   if (!options.quick) cases.push_back({"larger", 384, 4, 8, 384});

@@ -160,7 +160,8 @@ PhaseResult read_phase(const std::string& metrics_path, std::int64_t steps, doub
   const std::optional<JsonValue> a1 = role_body(first, "actor");
   const std::optional<JsonValue> a2 = role_body(last, "actor");
   if (a1 && a2) {
-    r.generated_tokens_per_s = (counter(*a2, "rollout.generated_tokens") - counter(*a1, "rollout.generated_tokens")) / window;
+    r.generated_tokens_per_s =
+        (counter(*a2, "rollout.generated_tokens") - counter(*a1, "rollout.generated_tokens")) / window;
     r.receive_s = window_mean(a1, a2, "sync.receive_s");
     const double actors = std::max(1.0, a2->at("ranks").as_number());
     const double decoding = histogram_sum_count(*a2, "rollout.step_latency_s").first -
@@ -197,7 +198,8 @@ PhaseResult run_phase(const moerl::config::Config& config, const std::string& in
     MPI_Barrier(MPI_COMM_WORLD);
     const double started = now_s();
     const int status = moerl::app::run_role(config, world, mailbox, stop, init_path, "");
-    if (status != 0) throw moerl::Error("bench e2e: rank " + std::to_string(rank) + " ended its role with " + std::to_string(status));
+    if (status != 0)
+      throw moerl::Error("bench e2e: rank " + std::to_string(rank) + " ended its role with " + std::to_string(status));
     wall = now_s() - started;
     MPI_Barrier(MPI_COMM_WORLD);
   }
@@ -264,7 +266,8 @@ SyncResult measure_sync(const moerl::config::Config& config, int repetitions) {
       MPI_Barrier(sync_comm);
       t = now_s();
       for (size_t at = 0; at < total; at += INT_MAX / 2)
-        MPI_Bcast(plain.data() + at, static_cast<int>(std::min<size_t>(INT_MAX / 2, total - at)), MPI_BYTE, 0, sync_comm);
+        MPI_Bcast(plain.data() + at, static_cast<int>(std::min<size_t>(INT_MAX / 2, total - at)), MPI_BYTE, 0,
+                  sync_comm);
       result.bcast_s = std::min(result.bcast_s, slowest(now_s() - t));
     }
     if (publisher) publisher->close();
@@ -346,7 +349,8 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
 
 }  // namespace
 
-MOERL_BENCHMARK("e2e",
-                "RL loop steps/s and tokens/s, asynchronous vs synchronous, plus weight-sync GB/s vs plain "
-                "MPI_Bcast; mpirun -np N moerl bench e2e --config F [--set k=v] [--init base.pt] [--steps K] [--repeat R]",
-                run);
+MOERL_BENCHMARK(
+    "e2e",
+    "RL loop steps/s and tokens/s, asynchronous vs synchronous, plus weight-sync GB/s vs plain "
+    "MPI_Bcast; mpirun -np N moerl bench e2e --config F [--set k=v] [--init base.pt] [--steps K] [--repeat R]",
+    run);

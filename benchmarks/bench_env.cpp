@@ -106,8 +106,10 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
       for (int r = 0; r < repetitions; ++r) hosted = std::min(hosted, host_seconds(episodes, threads));
       moerl::bench::BenchCase c;
       c.name = family.name;
-      c.params = {{"sessions", std::int64_t{sessions}}, {"difficulty", std::int64_t{difficulty}},
-                  {"host_threads", std::int64_t{threads}}, {"steps", steps}};
+      c.params = {{"sessions", std::int64_t{sessions}},
+                  {"difficulty", std::int64_t{difficulty}},
+                  {"host_threads", std::int64_t{threads}},
+                  {"steps", steps}};
       c.metrics = {{"steps_per_s", steps / hosted}};
       c.baseline = {{"steps_per_s", steps / direct}};
       c.ratio_metric = "steps_per_s";

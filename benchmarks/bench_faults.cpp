@@ -135,11 +135,11 @@ std::vector<std::string> job_argv(const FaultArgs& args, const FaultCase& fault,
   argv.push_back(args.run.config_path);
   // The user's overrides first: the bench's own (where runs go, the layout of -n 5) win.
   std::vector<std::string> sets = args.run.overrides;
-  for (const std::string& s : {"run.output_dir=" + args.dir, "run.name=faults-" + fault.name,
-                               "optim.total_steps=" + std::to_string(args.steps), std::string("cluster.learners=1"),
-                               std::string("cluster.actors=2"), std::string("cluster.env_workers=2"),
-                               std::string("cluster.standby_actors=0"), std::string("checkpoint.every_steps=5"),
-                               std::string("rollout.eval_episodes=4")})
+  for (const std::string& s :
+       {"run.output_dir=" + args.dir, "run.name=faults-" + fault.name,
+        "optim.total_steps=" + std::to_string(args.steps), std::string("cluster.learners=1"),
+        std::string("cluster.actors=2"), std::string("cluster.env_workers=2"), std::string("cluster.standby_actors=0"),
+        std::string("checkpoint.every_steps=5"), std::string("rollout.eval_episodes=4")})
     sets.push_back(s);
   if (!fault.plan.empty()) sets.push_back("faults.plan=[\"" + fault.plan + "\"]");
   for (const std::string& s : sets) {
@@ -181,8 +181,9 @@ moerl::bench::BenchReport run_faults_bench(const moerl::bench::BenchOptions& opt
       c.metrics = read_outcome(run_dir, args.steps);
     }
     if (fault.name == "none") {
-      if (status != 0) throw moerl::Error("bench faults: the run without faults failed (exit status " +
-                                          std::to_string(status) + "; see " + log + ")");
+      if (status != 0)
+        throw moerl::Error("bench faults: the run without faults failed (exit status " + std::to_string(status) +
+                           "; see " + log + ")");
       baseline = c.metrics;
     } else if (status == 0) {
       c.baseline = {{"reward", baseline["reward"]}, {"wall_s", baseline["wall_s"]}};

@@ -13,13 +13,12 @@
 
 namespace {
 
-
 using moerl::bench::best_seconds;
 
 moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
   moerl::bench::BenchReport report;
-  const std::vector<std::int64_t> sizes = options.quick ? std::vector<std::int64_t>{4096}
-                                                        : std::vector<std::int64_t>{256, 65536, 4 << 20};
+  const std::vector<std::int64_t> sizes =
+      options.quick ? std::vector<std::int64_t>{4096} : std::vector<std::int64_t>{256, 65536, 4 << 20};
   const int repetitions = options.quick ? 2 : 7;
   for (const std::int64_t size : sizes) {
     // Enough messages per timing that small sizes are not all clock noise.

@@ -111,14 +111,12 @@ moerl::bench::BenchCase publication_case(moerl::comm::Communicator& comm, size_t
   const double gigabytes = static_cast<double>(bytes_total) / 1e9;
   moerl::bench::BenchCase c;
   c.name = snapshot ? "publish" : "publish_in_place";
-  c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)}, {"ranks", std::int64_t{comm.size()}},
+  c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)},
+              {"ranks", std::int64_t{comm.size()}},
               {"bucket_bytes", static_cast<std::int64_t>(bucket)}};
-  c.metrics = {{"GB_per_s", gigabytes / best.total},
-               {"seconds", best.total},
-               {"publish_call_s", best.blocking},
-               {"stage_crc_s", best.publisher_checksum},
-               {"verify_s", best.receiver_checksum},
-               {"apply_s", best.apply}};
+  c.metrics = {{"GB_per_s", gigabytes / best.total}, {"seconds", best.total},
+               {"publish_call_s", best.blocking},    {"stage_crc_s", best.publisher_checksum},
+               {"verify_s", best.receiver_checksum}, {"apply_s", best.apply}};
   c.baseline = {{"GB_per_s", gigabytes / best_bcast}, {"seconds", best_bcast}};
   c.ratio_metric = "GB_per_s";
   return c;
@@ -145,7 +143,8 @@ moerl::bench::BenchCase checksum_case(size_t bytes_total, int repetitions) {
   const double gigabytes = static_cast<double>(bytes_total) / 1e9;
   moerl::bench::BenchCase c;
   c.name = "checksum";
-  c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)}, {"implementation", std::string("ISA-L crc32_iscsi")},
+  c.params = {{"bytes", static_cast<std::int64_t>(bytes_total)},
+              {"implementation", std::string("ISA-L crc32_iscsi")},
               {"baseline", std::string("memcpy")}};
   c.metrics = {{"GB_per_s", gigabytes / best_crc}};
   c.baseline = {{"GB_per_s", gigabytes / best_copy}};
@@ -162,8 +161,9 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
 
   moerl::bench::BenchReport report;
   report.quiet = rank != 0;
-  const std::vector<size_t> sizes = options.quick ? std::vector<size_t>{size_t{1} << 20}
-                                                  : std::vector<size_t>{size_t{4} << 20, size_t{64} << 20, size_t{256} << 20};
+  const std::vector<size_t> sizes = options.quick
+                                        ? std::vector<size_t>{size_t{1} << 20}
+                                        : std::vector<size_t>{size_t{4} << 20, size_t{64} << 20, size_t{256} << 20};
   const size_t bucket = size_t{4} << 20;
   const int repetitions = options.quick ? 1 : 5;
   moerl::comm::MpiCommunicator comm(MPI_COMM_WORLD, "bench sync group");
@@ -176,4 +176,5 @@ moerl::bench::BenchReport run(const moerl::bench::BenchOptions& options) {
 
 }  // namespace
 
-MOERL_BENCHMARK("sync", "weight publication GB/s (buckets, CRC-32C, version fence) vs plain MPI_Bcast; run under mpirun", run);
+MOERL_BENCHMARK("sync",
+                "weight publication GB/s (buckets, CRC-32C, version fence) vs plain MPI_Bcast; run under mpirun", run);

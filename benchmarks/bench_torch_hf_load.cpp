@@ -57,11 +57,11 @@ void write_bf16_copy(const fs::path& from, const fs::path& dir) {
   std::vector<moerl::hf::TensorToWrite> tensors;
   for (const std::string& name : files.tensor_names()) {
     const moerl::hf::TensorInfo& info = files.info(name);
-    torch::Tensor t = torch::from_blob(const_cast<std::uint8_t*>(files.data(name)), info.shape)
-                          .to(torch::kBFloat16)
-                          .contiguous();
+    torch::Tensor t =
+        torch::from_blob(const_cast<std::uint8_t*>(files.data(name)), info.shape).to(torch::kBFloat16).contiguous();
     keep.push_back(t);
-    tensors.push_back({name, moerl::hf::DType::BF16, info.shape, t.data_ptr(), static_cast<std::size_t>(t.numel()) * 2});
+    tensors.push_back(
+        {name, moerl::hf::DType::BF16, info.shape, t.data_ptr(), static_cast<std::size_t>(t.numel()) * 2});
   }
   moerl::hf::write_sharded_safetensors(dir.string(), tensors, 256u << 20);
   fs::copy_file(from / "config.json", dir / "config.json");

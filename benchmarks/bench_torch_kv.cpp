@@ -86,7 +86,8 @@ CachedRun run_cached(model::Policy& policy, torch::Tensor& tokens, model::KVCach
   if (out.expert_indices.defined()) experts.push_back(std::get<0>(out.expert_indices.sort(-1)));
   // Log-probs of tokens 1..kPrefill-1 come from the prefill's logits.
   const torch::Tensor prefill = out.unpack(out.logits).log_softmax(-1);  // [rows, kPrefill, vocab]
-  logprobs.push_back(prefill.narrow(1, 0, kPrefill - 1).gather(2, tokens.narrow(1, 1, kPrefill - 1).unsqueeze(-1)).squeeze(-1));
+  logprobs.push_back(
+      prefill.narrow(1, 0, kPrefill - 1).gather(2, tokens.narrow(1, 1, kPrefill - 1).unsqueeze(-1)).squeeze(-1));
   torch::Tensor next = out.next_token_logits();
   const auto started = std::chrono::steady_clock::now();
   for (std::int64_t t = kPrefill; t < length; ++t) {
@@ -102,8 +103,8 @@ CachedRun run_cached(model::Policy& policy, torch::Tensor& tokens, model::KVCach
   run.decode_seconds = seconds_since(started);
   run.logprobs = torch::cat(logprobs, 1);
   if (!experts.empty()) run.experts = torch::cat(experts, 0);
-  run.bytes_per_token = static_cast<double>(cache.blocks_in_use() * cache.bytes_per_block()) /
-                        static_cast<double>(rows * length);
+  run.bytes_per_token =
+      static_cast<double>(cache.blocks_in_use() * cache.bytes_per_block()) / static_cast<double>(rows * length);
   return run;
 }
 
@@ -142,7 +143,9 @@ BenchCase kv_case(model::Policy& policy, std::int64_t rows, std::int64_t length,
   const double decoded = static_cast<double>(rows * (length - kPrefill));
   BenchCase c;
   c.name = "kv_cache_int8";
-  c.params = {{"rows", rows}, {"context", length}, {"kv_heads", policy->model_config().num_kv_heads},
+  c.params = {{"rows", rows},
+              {"context", length},
+              {"kv_heads", policy->model_config().num_kv_heads},
               {"layers", policy->model_config().num_layers}};
   c.metrics = {{"kv_bytes_per_token", i8.bytes_per_token}, {"decode_tok_per_s", decoded / i8_s}};
   add_gap_metrics(c.metrics, i8.logprobs, learner);
@@ -165,7 +168,8 @@ BenchReport run(const BenchOptions& options) {
   model::Policy policy = make_bench_policy(config, args.policy.init_path, "bench kv");
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed) + 7);
   const std::int64_t max_len = policy->model_config().max_seq_len;
-  std::vector<std::int64_t> lengths = options.quick ? std::vector<std::int64_t>{32} : std::vector<std::int64_t>{64, 512};
+  std::vector<std::int64_t> lengths =
+      options.quick ? std::vector<std::int64_t>{32} : std::vector<std::int64_t>{64, 512};
   BenchReport report;
   for (std::int64_t length : lengths) {
     if (length > max_len) {

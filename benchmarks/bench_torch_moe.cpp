@@ -31,8 +31,7 @@ struct ThreadScope {
 // split across threads as the operators split them; no routing, permutation,
 // autograd or allocation. Any implementation on this BLAS does at least this
 // work, so reference_ms / expert_ms bounds the ratio the layer can reach.
-double expert_compute_seconds(moe::MoeFeedForwardImpl& layer, const torch::Tensor& x, int warmup,
-                              int reps) {
+double expert_compute_seconds(moe::MoeFeedForwardImpl& layer, const torch::Tensor& x, int warmup, int reps) {
   torch::NoGradGuard no_grad;
   const auto& cfg = layer.moe_config();
   auto r = moe::route(layer.gate(x), cfg);
@@ -49,27 +48,27 @@ double expert_compute_seconds(moe::MoeFeedForwardImpl& layer, const torch::Tenso
   const float* wu = layer.experts->up_proj.data_ptr<float>();
   const float* wd = layer.experts->down_proj.data_ptr<float>();
   std::vector<float> scratch(static_cast<std::size_t>(rows * 2 * d));
-  return median_seconds([&] {
-    at::parallel_for(0, experts, 1, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t ex = b; ex < e; ++ex) {
-        const std::int64_t r0 = off[ex], n = off[ex + 1] - off[ex];
-        kernels::moe_swiglu_forward_rows_cpu<float>(
-            xs.data_ptr<float>() + r0 * hidden, wg + ex * w_in, wu + ex * w_in, wd + ex * w_in,
-            n, hidden, d, gu.data_ptr<float>() + r0 * 2 * d, h.data_ptr<float>() + r0 * d,
-            y.data_ptr<float>() + r0 * hidden);
-        kernels::moe_swiglu_backward_rows_cpu<float>(
-            xs.data_ptr<float>() + r0 * hidden, gu.data_ptr<float>() + r0 * 2 * d,
-            h.data_ptr<float>() + r0 * d, dy.data_ptr<float>() + r0 * hidden, wg + ex * w_in,
-            wu + ex * w_in, wd + ex * w_in, n, hidden, d, scratch.data() + r0 * 2 * d,
-            dx.data_ptr<float>() + r0 * hidden, dwg.data_ptr<float>() + ex * w_in,
-            dwu.data_ptr<float>() + ex * w_in, dwd.data_ptr<float>() + ex * w_in);
-      }
-    });
-  }, warmup, reps);
+  return median_seconds(
+      [&] {
+        at::parallel_for(0, experts, 1, [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t ex = b; ex < e; ++ex) {
+            const std::int64_t r0 = off[ex], n = off[ex + 1] - off[ex];
+            kernels::moe_swiglu_forward_rows_cpu<float>(
+                xs.data_ptr<float>() + r0 * hidden, wg + ex * w_in, wu + ex * w_in, wd + ex * w_in, n, hidden, d,
+                gu.data_ptr<float>() + r0 * 2 * d, h.data_ptr<float>() + r0 * d, y.data_ptr<float>() + r0 * hidden);
+            kernels::moe_swiglu_backward_rows_cpu<float>(
+                xs.data_ptr<float>() + r0 * hidden, gu.data_ptr<float>() + r0 * 2 * d, h.data_ptr<float>() + r0 * d,
+                dy.data_ptr<float>() + r0 * hidden, wg + ex * w_in, wu + ex * w_in, wd + ex * w_in, n, hidden, d,
+                scratch.data() + r0 * 2 * d, dx.data_ptr<float>() + r0 * hidden, dwg.data_ptr<float>() + ex * w_in,
+                dwu.data_ptr<float>() + ex * w_in, dwd.data_ptr<float>() + ex * w_in);
+          }
+        });
+      },
+      warmup, reps);
 }
 
-BenchCase layer_case(const MoeLayerShape& shape, std::int64_t hidden, std::int64_t tokens,
-                     int threads, int warmup, int reps) {
+BenchCase layer_case(const MoeLayerShape& shape, std::int64_t hidden, std::int64_t tokens, int threads, int warmup,
+                     int reps) {
   ThreadScope scope(threads);
   auto layer = make_bench_layer(shape, hidden);
   auto x = bench_input(tokens, hidden, torch::kCPU);
@@ -96,8 +95,8 @@ BenchCase layer_case(const MoeLayerShape& shape, std::int64_t hidden, std::int64
   return c;
 }
 
-BenchCase dispatch_combine_case(std::int64_t tokens, std::int64_t hidden, std::int64_t experts,
-                                std::int64_t top_k, int threads, int warmup, int reps) {
+BenchCase dispatch_combine_case(std::int64_t tokens, std::int64_t hidden, std::int64_t experts, std::int64_t top_k,
+                                int threads, int warmup, int reps) {
   ThreadScope scope(threads);
   torch::NoGradGuard no_grad;
   torch::manual_seed(2);
@@ -107,10 +106,12 @@ BenchCase dispatch_combine_case(std::int64_t tokens, std::int64_t hidden, std::i
   auto plan = moe::make_route_plan(idx, experts, -1, 1);
   // Through the operators: includes allocating the outputs (fresh pages from
   // the OS for buffers this large, which dominates on CPU).
-  const double op = median_seconds([&] {
-    auto rows = moe::dispatch(x, plan);
-    auto y = moe::combine(rows, gates, plan);
-  }, warmup, reps);
+  const double op = median_seconds(
+      [&] {
+        auto rows = moe::dispatch(x, plan);
+        auto y = moe::combine(rows, gates, plan);
+      },
+      warmup, reps);
   // The kernels alone on preallocated buffers, split across threads exactly as
   // the adapter splits them.
   auto rows = torch::empty({plan.rows, hidden});
@@ -122,17 +123,16 @@ BenchCase dispatch_combine_case(std::int64_t tokens, std::int64_t hidden, std::i
   float* rp = rows.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const std::int64_t grain = std::max<std::int64_t>(1, 16384 / hidden);
-  const double ours = median_seconds([&] {
-    at::parallel_for(0, plan.rows, grain, [&](std::int64_t b, std::int64_t e) {
-      kernels::moe_dispatch_cpu<float>(xp, src + b, nullptr, tokens, top_k, hidden, e - b,
-                                       rp + b * hidden);
-    });
-    at::parallel_for(0, tokens, std::max<std::int64_t>(1, grain / top_k),
-                     [&](std::int64_t b, std::int64_t e) {
-      kernels::moe_combine_cpu<float>(rp, dest + b * top_k, gp + b * top_k, e - b, top_k, hidden,
-                                      yp + b * hidden);
-    });
-  }, warmup, reps);
+  const double ours = median_seconds(
+      [&] {
+        at::parallel_for(0, plan.rows, grain, [&](std::int64_t b, std::int64_t e) {
+          kernels::moe_dispatch_cpu<float>(xp, src + b, nullptr, tokens, top_k, hidden, e - b, rp + b * hidden);
+        });
+        at::parallel_for(0, tokens, std::max<std::int64_t>(1, grain / top_k), [&](std::int64_t b, std::int64_t e) {
+          kernels::moe_combine_cpu<float>(rp, dest + b * top_k, gp + b * top_k, e - b, top_k, hidden, yp + b * hidden);
+        });
+      },
+      warmup, reps);
   // Dispatch reads and writes `rows` rows; combine reads them and writes T rows.
   const double bytes = 4.0 * hidden * (3.0 * plan.rows + tokens);
   // The ceiling: a copy that reads and writes as many bytes in total.
@@ -143,10 +143,12 @@ BenchCase dispatch_combine_case(std::int64_t tokens, std::int64_t hidden, std::i
 
   BenchCase c;
   c.name = "dispatch_combine";
-  c.params = {{"experts", experts}, {"top_k", top_k}, {"hidden", hidden}, {"tokens", tokens},
+  c.params = {{"experts", experts},
+              {"top_k", top_k},
+              {"hidden", hidden},
+              {"tokens", tokens},
               {"threads", std::int64_t{threads}}};
-  c.metrics = {{"GB_per_s", bytes / ours / 1e9}, {"ms", ours * 1e3},
-               {"op_GB_per_s", bytes / op / 1e9}};
+  c.metrics = {{"GB_per_s", bytes / ours / 1e9}, {"ms", ours * 1e3}, {"op_GB_per_s", bytes / op / 1e9}};
   c.baseline = {{"GB_per_s", copy_bytes / copy / 1e9}, {"ms", copy * 1e3}};
   c.ratio_metric = "GB_per_s";
   return c;
@@ -155,8 +157,7 @@ BenchCase dispatch_combine_case(std::int64_t tokens, std::int64_t hidden, std::i
 BenchReport run_moe_bench(const BenchOptions& options) {
   BenchReport report;
   report.bench = "moe";
-  std::vector<int> thread_counts =
-      options.threads > 0 ? std::vector<int>{options.threads} : std::vector<int>{1, 2};
+  std::vector<int> thread_counts = options.threads > 0 ? std::vector<int>{options.threads} : std::vector<int>{1, 2};
   const std::vector<MoeLayerShape> shapes = {{8, 2, 0}, {64, 8, 0}, {64, 6, 2}};
   const std::vector<std::int64_t> hiddens =
       options.quick ? std::vector<std::int64_t>{96} : std::vector<std::int64_t>{256, 512, 1024};
@@ -173,8 +174,7 @@ BenchReport run_moe_bench(const BenchOptions& options) {
         }
       }
     }
-    report.cases.push_back(dispatch_combine_case(options.quick ? 256 : 4096,
-                                                 options.quick ? 96 : 1024, 64, 8, threads,
+    report.cases.push_back(dispatch_combine_case(options.quick ? 256 : 4096, options.quick ? 96 : 1024, 64, 8, threads,
                                                  warmup, options.quick ? 3 : 5));
   }
   return report;

@@ -74,7 +74,8 @@ double flops_per_token(model::Policy& policy, double ctx) {
 
 std::vector<std::int64_t> make_prompt(std::int64_t len, std::int64_t salt) {
   std::vector<std::int64_t> t{text::SpecialTokens::kBos, text::SpecialTokens::kUser};
-  for (std::int64_t i = 0; static_cast<std::int64_t>(t.size()) < len - 1; ++i) t.push_back(32 + (i * 31 + salt * 7) % 90);
+  for (std::int64_t i = 0; static_cast<std::int64_t>(t.size()) < len - 1; ++i)
+    t.push_back(32 + (i * 31 + salt * 7) % 90);
   t.push_back(text::SpecialTokens::kAssistant);
   return t;
 }
@@ -160,10 +161,14 @@ std::vector<std::int64_t> number_list(const std::string& text, const std::string
 model::Policy rollout_policy(const BenchOptions& options, RolloutSizes& sizes) {
   int own_options = 0;
   const OwnOption own = [&](const std::string& option, const std::function<const std::string&()>& value) {
-    if (option == "--sessions") sizes.sessions = number_list(value(), option);
-    else if (option == "--contexts") sizes.contexts = number_list(value(), option);
-    else if (option == "--steps") sizes.steps = std::max<std::int64_t>(1, whole_number(value(), "bench rollout", option));
-    else return false;
+    if (option == "--sessions")
+      sizes.sessions = number_list(value(), option);
+    else if (option == "--contexts")
+      sizes.contexts = number_list(value(), option);
+    else if (option == "--steps")
+      sizes.steps = std::max<std::int64_t>(1, whole_number(value(), "bench rollout", option));
+    else
+      return false;
     ++own_options;
     return true;
   };
@@ -214,16 +219,19 @@ BenchReport run_rollout_bench(const BenchOptions& options) {
       const Measured cached = run_engine(policy, sessions, ctx, steps);
       // The recompute baseline costs sessions x context tokens per step:
       // fewer steps where that is large (tokens/s is per step anyway).
-      const std::int64_t full_steps =
-          std::clamp<std::int64_t>(steps * 4096 / (sessions * ctx), 2, steps);
+      const std::int64_t full_steps = std::clamp<std::int64_t>(steps * 4096 / (sessions * ctx), 2, steps);
       const Measured full = run_recompute(policy, sessions, ctx, full_steps);
       const double mid_ctx = static_cast<double>(ctx) + static_cast<double>(steps) / 2;
       const double flops = flops_per_token(policy, mid_ctx);
       BenchCase c;
       c.name = "decode";
-      c.params = {{"sessions", sessions}, {"context", ctx}, {"steps", steps},
-                  {"d_model", model.d_model}, {"layers", model.num_layers},
-                  {"experts", moe.num_experts}, {"top_k", moe.top_k}};
+      c.params = {{"sessions", sessions},
+                  {"context", ctx},
+                  {"steps", steps},
+                  {"d_model", model.d_model},
+                  {"layers", model.num_layers},
+                  {"experts", moe.num_experts},
+                  {"top_k", moe.top_k}};
       c.metrics = {{"tokens_per_s", cached.tokens_per_s},
                    {"p99_step_ms", cached.p99_step_s * 1e3},
                    {"kv_MB", cached.kv_bytes / 1e6},

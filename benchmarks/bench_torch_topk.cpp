@@ -60,22 +60,25 @@ struct TopkArgs {
 
 TopkArgs parse_args(const std::vector<std::string>& args) {
   TopkArgs out;
-  out.policy = parse_policy_bench_args(
-      args, "bench topk", "--config F, --set section.key=value, --init FILE, --k 1,2,4, --episodes N",
-      [&](const std::string& option, const auto& value) {
-        if (option == "--k") {
-          std::stringstream list(value());
-          for (std::string item; std::getline(list, item, ',');) out.ks.push_back(whole_number(item, "bench topk", "--k"));
-          if (out.ks.empty()) throw Error("bench topk: --k needs a list such as 1,2,4");
-          return true;
-        }
-        if (option == "--episodes") {
-          out.episodes = whole_number(value(), "bench topk", "--episodes");
-          if (out.episodes < 1) throw Error("bench topk: --episodes must be at least 1");
-          return true;
-        }
-        return false;
-      });
+  out.policy = parse_policy_bench_args(args, "bench topk",
+                                       "--config F, --set section.key=value, --init FILE, --k 1,2,4, --episodes N",
+                                       [&](const std::string& option, const auto& value) {
+                                         if (option == "--k") {
+                                           std::stringstream list(value());
+                                           for (std::string item; std::getline(list, item, ',');)
+                                             out.ks.push_back(whole_number(item, "bench topk", "--k"));
+                                           if (out.ks.empty())
+                                             throw Error("bench topk: --k needs a list such as 1,2,4");
+                                           return true;
+                                         }
+                                         if (option == "--episodes") {
+                                           out.episodes = whole_number(value(), "bench topk", "--episodes");
+                                           if (out.episodes < 1)
+                                             throw Error("bench topk: --episodes must be at least 1");
+                                           return true;
+                                         }
+                                         return false;
+                                       });
   return out;
 }
 
@@ -85,8 +88,8 @@ std::vector<std::int64_t> resolve_ks(std::vector<std::int64_t> ks, const config:
     for (std::int64_t k = 1; k <= moe.num_experts; k *= 2) ks.push_back(k);
   for (std::int64_t k : ks)
     if (k < 1 || k > moe.num_experts)
-      throw Error("bench topk: --k " + std::to_string(k) + " must be in [1, moe.num_experts = " +
-                  std::to_string(moe.num_experts) + "]");
+      throw Error("bench topk: --k " + std::to_string(k) +
+                  " must be in [1, moe.num_experts = " + std::to_string(moe.num_experts) + "]");
   ks.push_back(moe.top_k);
   std::sort(ks.begin(), ks.end());
   ks.erase(std::unique(ks.begin(), ks.end()), ks.end());
@@ -115,8 +118,7 @@ std::vector<HeldOutTask> held_out_tasks(const config::Config& config, std::int64
 }
 
 // The actor's engine settings, routing with k experts.
-rollout::EngineOptions engine_options(const config::Config& config, const text::EpisodeFormat& format,
-                                      std::int64_t k) {
+rollout::EngineOptions engine_options(const config::Config& config, const text::EpisodeFormat& format, std::int64_t k) {
   rollout::EngineOptions options;
   options.format = format;
   options.context_budget = config.rollout.max_tokens_per_episode;
@@ -193,7 +195,7 @@ std::map<std::string, std::int64_t> play_held_out(model::Policy& policy, const c
 
 struct KResult {
   std::int64_t k = 0;
-  std::vector<double> step_s;  // wall seconds of every timed decode step
+  std::vector<double> step_s;             // wall seconds of every timed decode step
   std::map<std::string, double> success;  // per family, 0..1
   double mean_success = 0;
 
@@ -261,8 +263,9 @@ BenchReport run_topk_bench(const BenchOptions& options) {
   const config::Config config = setup::load_config_file(args.policy.config_path, args.policy.overrides);
   MOERL_CHECK(config.moe.enabled, "bench topk: the model has no MoE layers (moe.enabled = false)");
   const std::vector<std::int64_t> ks = resolve_ks(args.ks, config.moe);
-  const std::int64_t episodes =
-      args.episodes > 0 ? args.episodes : options.quick ? 4 : std::max<std::int64_t>(config.rollout.eval_episodes, 1);
+  const std::int64_t episodes = args.episodes > 0 ? args.episodes
+                                : options.quick   ? 4
+                                                  : std::max<std::int64_t>(config.rollout.eval_episodes, 1);
   const std::int64_t steps = options.quick ? 8 : 256, warmup = options.quick ? 2 : 4;
   torch::NoGradGuard no_grad;
   model::Policy policy = make_bench_policy(config, args.policy.init_path, "bench topk");
@@ -308,24 +311,27 @@ BenchReport run_topk_bench(const BenchOptions& options) {
       r.mean_success += r.success[family] / static_cast<double>(won.size());
     }
   }
-  const KResult& base = *std::find_if(results.begin(), results.end(),
-                                      [&](const KResult& r) { return r.k == config.moe.top_k; });
+  const KResult& base =
+      *std::find_if(results.begin(), results.end(), [&](const KResult& r) { return r.k == config.moe.top_k; });
 
   std::printf("bench topk: %lld experts, trained with moe.top_k = %lld (the baseline of every ratio)\n",
               static_cast<long long>(config.moe.num_experts), static_cast<long long>(config.moe.top_k));
-  std::printf("decode: %lld sessions, %lld steps per k, the k's stepped in turn; x = this k / k = %lld (tokens/s: "
-              "higher is faster; latency: lower is faster)\n",
-              static_cast<long long>(config.rollout.sessions_per_actor), static_cast<long long>(steps),
-              static_cast<long long>(config.moe.top_k));
+  std::printf(
+      "decode: %lld sessions, %lld steps per k, the k's stepped in turn; x = this k / k = %lld (tokens/s: "
+      "higher is faster; latency: lower is faster)\n",
+      static_cast<long long>(config.rollout.sessions_per_actor), static_cast<long long>(steps),
+      static_cast<long long>(config.moe.top_k));
   char sampled[48] = "greedy";
   if (config.rollout.eval_temperature > 0)
     std::snprintf(sampled, sizeof sampled, "sampled at temperature %g", config.rollout.eval_temperature);
-  std::printf("held-out success: %lld episodes per family on the same seeds for every k, %s (95%% interval about "
-              "+-%.0f points per family at 50%%); d mean: points of mean success against k = %lld, +-95%%: the "
-              "interval of that difference (independent samples assumed: wide for shared seeds)\n",
-              static_cast<long long>(episodes), sampled, 196 * std::sqrt(0.25 / static_cast<double>(episodes)),
-              static_cast<long long>(config.moe.top_k));
-  std::printf("%s\n", trade_off_table(results, base, config.env.families, episodes, config.rollout.sessions_per_actor).c_str());
+  std::printf(
+      "held-out success: %lld episodes per family on the same seeds for every k, %s (95%% interval about "
+      "+-%.0f points per family at 50%%); d mean: points of mean success against k = %lld, +-95%%: the "
+      "interval of that difference (independent samples assumed: wide for shared seeds)\n",
+      static_cast<long long>(episodes), sampled, 196 * std::sqrt(0.25 / static_cast<double>(episodes)),
+      static_cast<long long>(config.moe.top_k));
+  std::printf("%s\n",
+              trade_off_table(results, base, config.env.families, episodes, config.rollout.sessions_per_actor).c_str());
 
   BenchReport report;
   report.bench = "topk";

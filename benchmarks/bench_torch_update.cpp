@@ -135,7 +135,8 @@ rollout::Trajectory synthetic_episode(std::mt19937_64& random, std::uint64_t gro
 // Behaviour log-probs near the policy's own (the actor ran a version very
 // like the learner's): its log-prob of every generated token plus a little
 // noise, so that importance weights and clipping do some work.
-void fill_behaviour_logprobs(model::Policy& policy, std::vector<rollout::Trajectory>& episodes, std::mt19937_64& random) {
+void fill_behaviour_logprobs(model::Policy& policy, std::vector<rollout::Trajectory>& episodes,
+                             std::mt19937_64& random) {
   torch::NoGradGuard no_grad;
   std::vector<const rollout::Trajectory*> all;
   for (const auto& e : episodes) all.push_back(&e);
@@ -319,13 +320,15 @@ BenchReport run_update_bench(const BenchOptions& options) {
   const auto mpi = runtime::start_mpi_unless_running();
   int ranks = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  MOERL_CHECK(ranks == 3, std::string(kWho) + ": needs 3 ranks (a learner, an actor and an env worker; only the "
-                                              "learner works): scripts/launch.sh -n 3 bench update ...; got " +
+  MOERL_CHECK(ranks == 3, std::string(kWho) +
+                              ": needs 3 ranks (a learner, an actor and an env worker; only the "
+                              "learner works): scripts/launch.sh -n 3 bench update ...; got " +
                               std::to_string(ranks));
   // One scratch directory for the job (named after rank 0's pid), removed at the end.
   long long pid = static_cast<long long>(getpid());
   MPI_Bcast(&pid, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  const std::string scratch = (std::filesystem::temp_directory_path() / ("moerl_bench_update_" + std::to_string(pid))).string();
+  const std::string scratch =
+      (std::filesystem::temp_directory_path() / ("moerl_bench_update_" + std::to_string(pid))).string();
   const config::Config config = update_config(args.policy, scratch);
   BenchReport report;
   {

@@ -16,11 +16,10 @@ void start_decode_sessions(rollout::GenerationEngine& engine, const std::vector<
   stop.max_turn_tokens = tokens_each;
   for (std::size_t s = 0; s < prompts.size(); ++s) {
     const auto room = static_cast<std::int64_t>(prompts[s].size()) + tokens_each;
-    MOERL_CHECK(room < engine.context_budget(), "decode timing: prompt " + std::to_string(s) + " (" +
-                                                    std::to_string(prompts[s].size()) + " tokens) and " +
-                                                    std::to_string(tokens_each) +
-                                                    " decoded tokens exceed the context budget of " +
-                                                    std::to_string(engine.context_budget()));
+    MOERL_CHECK(room < engine.context_budget(),
+                "decode timing: prompt " + std::to_string(s) + " (" + std::to_string(prompts[s].size()) +
+                    " tokens) and " + std::to_string(tokens_each) + " decoded tokens exceed the context budget of " +
+                    std::to_string(engine.context_budget()));
     const auto id = static_cast<std::uint64_t>(s);
     engine.add_session(id, id + 1);
     engine.append_prompt(id, prompts[s]);
@@ -29,9 +28,8 @@ void start_decode_sessions(rollout::GenerationEngine& engine, const std::vector<
   engine.step();  // prefill + first token
 }
 
-DecodeTiming time_decode_steps(rollout::GenerationEngine& engine,
-                               const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t steps,
-                               std::int64_t warmup) {
+DecodeTiming time_decode_steps(rollout::GenerationEngine& engine, const std::vector<std::vector<std::int64_t>>& prompts,
+                               std::int64_t steps, std::int64_t warmup) {
   // One more than the steps: the prefill step samples the first token.
   start_decode_sessions(engine, prompts, warmup + steps + 1);
   for (std::int64_t i = 0; i < warmup; ++i) engine.step();

@@ -34,8 +34,7 @@ void start_decode_sessions(rollout::GenerationEngine& engine, const std::vector<
 // one token (greedy; no stop but the step count). The sessions are removed
 // afterwards. Each prompt leaves room for warmup + steps + 1 tokens in the
 // engine's context budget, or this throws.
-DecodeTiming time_decode_steps(rollout::GenerationEngine& engine,
-                               const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t steps,
-                               std::int64_t warmup = 0);
+DecodeTiming time_decode_steps(rollout::GenerationEngine& engine, const std::vector<std::vector<std::int64_t>>& prompts,
+                               std::int64_t steps, std::int64_t warmup = 0);
 
 }  // namespace moerl::bench

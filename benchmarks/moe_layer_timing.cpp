@@ -26,8 +26,7 @@ torch::Tensor bench_input(std::int64_t tokens, std::int64_t hidden, const torch:
   return torch::randn({tokens, hidden}).to(device).set_requires_grad(true);
 }
 
-MoeLayerTiming time_moe_layer(moe::MoeFeedForwardImpl& layer, const torch::Tensor& x, int warmup,
-                              int reps) {
+MoeLayerTiming time_moe_layer(moe::MoeFeedForwardImpl& layer, const torch::Tensor& x, int warmup, int reps) {
   const torch::Device device = x.device();
   auto proj = torch::randn(x.sizes()).to(device);
   auto step = [&](bool reference) {

@@ -29,7 +29,6 @@ struct MoeLayerTiming {
 
 // Times both paths on x's device (the layer must be there too); on CUDA each
 // timed step ends with a device synchronise.
-MoeLayerTiming time_moe_layer(moe::MoeFeedForwardImpl& layer, const torch::Tensor& x, int warmup,
-                              int reps);
+MoeLayerTiming time_moe_layer(moe::MoeFeedForwardImpl& layer, const torch::Tensor& x, int warmup, int reps);
 
 }  // namespace moerl::bench

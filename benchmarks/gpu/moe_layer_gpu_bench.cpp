@@ -16,8 +16,8 @@ namespace {
 using moerl::bench::MoeLayerShape;
 
 void print_header() {
-  std::printf("%-22s %6s %6s %8s %10s %10s %8s %14s\n", "layer", "hidden", "d_exp", "tokens",
-              "ours_ms", "ref_ms", "ratio", "tokens_per_s");
+  std::printf("%-22s %6s %6s %8s %10s %10s %8s %14s\n", "layer", "hidden", "d_exp", "tokens", "ours_ms", "ref_ms",
+              "ratio", "tokens_per_s");
 }
 
 void run_case(const MoeLayerShape& shape, std::int64_t hidden, std::int64_t tokens, int reps) {
@@ -29,11 +29,9 @@ void run_case(const MoeLayerShape& shape, std::int64_t hidden, std::int64_t toke
   char name[64];
   std::snprintf(name, sizeof name, "E=%lld k=%lld shared=%lld", static_cast<long long>(shape.experts),
                 static_cast<long long>(shape.top_k), static_cast<long long>(shape.shared));
-  std::printf("%-22s %6lld %6lld %8lld %10.3f %10.3f %7.2fx %14.4g\n", name,
-              static_cast<long long>(hidden),
-              static_cast<long long>(layer->moe_config().d_expert),
-              static_cast<long long>(tokens), t.ours_s * 1e3, t.reference_s * 1e3,
-              t.reference_s / t.ours_s, static_cast<double>(tokens) / t.ours_s);
+  std::printf("%-22s %6lld %6lld %8lld %10.3f %10.3f %7.2fx %14.4g\n", name, static_cast<long long>(hidden),
+              static_cast<long long>(layer->moe_config().d_expert), static_cast<long long>(tokens), t.ours_s * 1e3,
+              t.reference_s * 1e3, t.reference_s / t.ours_s, static_cast<double>(tokens) / t.ours_s);
   std::fflush(stdout);
 }
 
@@ -50,8 +48,9 @@ int main(int argc, char** argv) {
       quick ? std::vector<std::int64_t>{256} : std::vector<std::int64_t>{256, 512, 1024};
   const std::vector<std::int64_t> token_counts =
       quick ? std::vector<std::int64_t>{1024} : std::vector<std::int64_t>{1024, 8192};
-  std::puts("MoE layer forward+backward on CUDA: ours vs per-expert-loop reference (median of "
-            "timed steps, each ending in a device synchronise)");
+  std::puts(
+      "MoE layer forward+backward on CUDA: ours vs per-expert-loop reference (median of "
+      "timed steps, each ending in a device synchronise)");
   print_header();
   for (const auto& shape : shapes) {
     for (std::int64_t hidden : hiddens) {

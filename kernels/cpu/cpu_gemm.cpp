@@ -11,12 +11,12 @@
 // The Fortran interface is the one every BLAS exports (OpenBLAS, MKL, the
 // reference BLAS), and the one LibTorch calls; LP64 (32-bit int) sizes.
 extern "C" {
-void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-            const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
-            const float* beta, float* c, const int* ldc);
-void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
-            const double* alpha, const double* a, const int* lda, const double* b,
-            const int* ldb, const double* beta, double* c, const int* ldc);
+void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const float* alpha,
+            const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+            const int* ldc);
+void dgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
+            const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+            const int* ldc);
 }
 #endif
 
@@ -32,14 +32,14 @@ int to_int(std::int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-void fortran_gemm(const char* ta, const char* tb, const int* m, const int* n, const int* k,
-                  const float* alpha, const float* a, const int* lda, const float* b,
-                  const int* ldb, const float* beta, float* c, const int* ldc) {
+void fortran_gemm(const char* ta, const char* tb, const int* m, const int* n, const int* k, const float* alpha,
+                  const float* a, const int* lda, const float* b, const int* ldb, const float* beta, float* c,
+                  const int* ldc) {
   sgemm_(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
-void fortran_gemm(const char* ta, const char* tb, const int* m, const int* n, const int* k,
-                  const double* alpha, const double* a, const int* lda, const double* b,
-                  const int* ldb, const double* beta, double* c, const int* ldc) {
+void fortran_gemm(const char* ta, const char* tb, const int* m, const int* n, const int* k, const double* alpha,
+                  const double* a, const int* lda, const double* b, const int* ldb, const double* beta, double* c,
+                  const int* ldc) {
   dgemm_(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 #endif
@@ -47,9 +47,9 @@ void fortran_gemm(const char* ta, const char* tb, const int* m, const int* n, co
 // The reference loop: C = alpha*op(A)op(B) + beta*C, i-p-j order so that the
 // inner loop runs along rows of B and C when B is not transposed.
 template <typename Scalar>
-void loop_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-               Scalar alpha, const Scalar* A, std::int64_t lda, const Scalar* B, std::int64_t ldb,
-               Scalar beta, Scalar* C, std::int64_t ldc) {
+void loop_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, Scalar alpha,
+               const Scalar* A, std::int64_t lda, const Scalar* B, std::int64_t ldb, Scalar beta, Scalar* C,
+               std::int64_t ldc) {
   for (std::int64_t i = 0; i < m; ++i) {
     Scalar* c = C + i * ldc;
     for (std::int64_t j = 0; j < n; ++j) c[j] = beta == Scalar(0) ? Scalar(0) : beta * c[j];
@@ -76,9 +76,8 @@ bool cpu_gemm_has_blas() {
 }
 
 template <typename Scalar>
-void cpu_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-              Scalar alpha, const Scalar* A, std::int64_t lda, const Scalar* B, std::int64_t ldb,
-              Scalar beta, Scalar* C, std::int64_t ldc) {
+void cpu_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, Scalar alpha, const Scalar* A,
+              std::int64_t lda, const Scalar* B, std::int64_t ldb, Scalar beta, Scalar* C, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
 #ifdef MOERL_KERNELS_BLAS
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
@@ -95,11 +94,9 @@ void cpu_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::i
 #endif
 }
 
-template void cpu_gemm<float>(bool, bool, std::int64_t, std::int64_t, std::int64_t, float,
-                              const float*, std::int64_t, const float*, std::int64_t, float,
-                              float*, std::int64_t);
-template void cpu_gemm<double>(bool, bool, std::int64_t, std::int64_t, std::int64_t, double,
-                               const double*, std::int64_t, const double*, std::int64_t, double,
-                               double*, std::int64_t);
+template void cpu_gemm<float>(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
+                              const float*, std::int64_t, float, float*, std::int64_t);
+template void cpu_gemm<double>(bool, bool, std::int64_t, std::int64_t, std::int64_t, double, const double*,
+                               std::int64_t, const double*, std::int64_t, double, double*, std::int64_t);
 
 }  // namespace moerl::kernels

@@ -9,16 +9,14 @@
 
 namespace moerl::kernels {
 
-std::int64_t moe_permuted_rows(std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
-                               std::int64_t block_size) {
+std::int64_t moe_permuted_rows(std::int64_t tokens, std::int64_t top_k, std::int64_t experts, std::int64_t block_size) {
   const std::int64_t block = std::max<std::int64_t>(block_size, 1);
   return tokens * top_k + experts * (block - 1);
 }
 
-void moe_plan_cpu(const std::int64_t* expert_idx, std::int64_t tokens, std::int64_t top_k,
-                  std::int64_t experts, std::int64_t capacity, std::int64_t block_size,
-                  std::int64_t* routed, std::int64_t* counts, std::int64_t* offsets,
-                  std::int64_t* dest_row, std::int64_t* row_source, std::int64_t* dropped) {
+void moe_plan_cpu(const std::int64_t* expert_idx, std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
+                  std::int64_t capacity, std::int64_t block_size, std::int64_t* routed, std::int64_t* counts,
+                  std::int64_t* offsets, std::int64_t* dest_row, std::int64_t* row_source, std::int64_t* dropped) {
   const std::int64_t assignments = tokens * top_k;
   const std::int64_t block = std::max<std::int64_t>(block_size, 1);
   const std::int64_t rows = moe_permuted_rows(tokens, top_k, experts, block_size);
@@ -53,9 +51,8 @@ void moe_plan_cpu(const std::int64_t* expert_idx, std::int64_t tokens, std::int6
 }
 
 template <typename Scalar>
-void moe_dispatch_cpu(const Scalar* x, const std::int64_t* row_source, const Scalar* weights,
-                      std::int64_t tokens, std::int64_t top_k, std::int64_t hidden,
-                      std::int64_t rows, Scalar* out) {
+void moe_dispatch_cpu(const Scalar* x, const std::int64_t* row_source, const Scalar* weights, std::int64_t tokens,
+                      std::int64_t top_k, std::int64_t hidden, std::int64_t rows, Scalar* out) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t a = row_source[r];
     Scalar* dst = out + r * hidden;
@@ -74,8 +71,8 @@ void moe_dispatch_cpu(const Scalar* x, const std::int64_t* row_source, const Sca
 }
 
 template <typename Scalar>
-void moe_combine_cpu(const Scalar* src, const std::int64_t* dest_row, const Scalar* weights,
-                     std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, Scalar* y) {
+void moe_combine_cpu(const Scalar* src, const std::int64_t* dest_row, const Scalar* weights, std::int64_t tokens,
+                     std::int64_t top_k, std::int64_t hidden, Scalar* y) {
   // The k source rows of a token sit at unrelated places in the permuted
   // buffer (each a page of its own at H=1024). Walking them in interleaved
   // chunks of two cache lines, rather than one whole row after another, keeps
@@ -135,9 +132,8 @@ void moe_combine_cpu(const Scalar* src, const std::int64_t* dest_row, const Scal
 }
 
 template <typename Scalar>
-void moe_combine_gate_grad_cpu(const Scalar* grad_y, const Scalar* src,
-                               const std::int64_t* dest_row, std::int64_t tokens,
-                               std::int64_t top_k, std::int64_t hidden, Scalar* grad_w) {
+void moe_combine_gate_grad_cpu(const Scalar* grad_y, const Scalar* src, const std::int64_t* dest_row,
+                               std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, Scalar* grad_w) {
   for (std::int64_t a = 0; a < tokens * top_k; ++a) {
     const std::int64_t r = dest_row[a];
     if (r < 0) {
@@ -172,9 +168,8 @@ std::int64_t expert_of_row(const std::int64_t* offsets, std::int64_t experts, st
 }  // namespace
 
 template <typename Scalar>
-void moe_grouped_gemm_nt_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets,
-                             std::int64_t rows, std::int64_t experts, std::int64_t N,
-                             std::int64_t K, Scalar* C) {
+void moe_grouped_gemm_nt_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets, std::int64_t rows,
+                             std::int64_t experts, std::int64_t N, std::int64_t K, Scalar* C) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t e = expert_of_row(offsets, experts, r);
     for (std::int64_t n = 0; n < N; ++n) {
@@ -190,9 +185,8 @@ void moe_grouped_gemm_nt_cpu(const Scalar* A, const Scalar* B, const std::int64_
 }
 
 template <typename Scalar>
-void moe_grouped_gemm_nn_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets,
-                             std::int64_t rows, std::int64_t experts, std::int64_t N,
-                             std::int64_t K, Scalar* C) {
+void moe_grouped_gemm_nn_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets, std::int64_t rows,
+                             std::int64_t experts, std::int64_t N, std::int64_t K, Scalar* C) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::int64_t e = expert_of_row(offsets, experts, r);
     Scalar* c = C + r * K;
@@ -207,9 +201,8 @@ void moe_grouped_gemm_nn_cpu(const Scalar* A, const Scalar* B, const std::int64_
 }
 
 template <typename Scalar>
-void moe_grouped_gemm_tn_cpu(const Scalar* A, const Scalar* X, const std::int64_t* offsets,
-                             std::int64_t rows, std::int64_t experts, std::int64_t N,
-                             std::int64_t K, Scalar* C) {
+void moe_grouped_gemm_tn_cpu(const Scalar* A, const Scalar* X, const std::int64_t* offsets, std::int64_t rows,
+                             std::int64_t experts, std::int64_t N, std::int64_t K, Scalar* C) {
   std::fill(C, C + experts * N * K, Scalar(0));
   for (std::int64_t e = 0; e < experts; ++e) {
     const std::int64_t end = std::min(offsets[e + 1], rows);
@@ -223,27 +216,19 @@ void moe_grouped_gemm_tn_cpu(const Scalar* A, const Scalar* X, const std::int64_
   }
 }
 
-#define MOERL_MOE_INSTANTIATE(Scalar)                                                       \
-  template void moe_dispatch_cpu<Scalar>(const Scalar*, const std::int64_t*, const Scalar*, \
-                                         std::int64_t, std::int64_t, std::int64_t,          \
-                                         std::int64_t, Scalar*);                            \
-  template void moe_combine_cpu<Scalar>(const Scalar*, const std::int64_t*, const Scalar*,  \
-                                        std::int64_t, std::int64_t, std::int64_t, Scalar*); \
-  template void moe_combine_gate_grad_cpu<Scalar>(const Scalar*, const Scalar*,             \
-                                                  const std::int64_t*, std::int64_t,        \
-                                                  std::int64_t, std::int64_t, Scalar*);     \
-  template void moe_grouped_gemm_nt_cpu<Scalar>(const Scalar*, const Scalar*,               \
-                                                const std::int64_t*, std::int64_t,          \
-                                                std::int64_t, std::int64_t, std::int64_t,   \
-                                                Scalar*);                                   \
-  template void moe_grouped_gemm_nn_cpu<Scalar>(const Scalar*, const Scalar*,               \
-                                                const std::int64_t*, std::int64_t,          \
-                                                std::int64_t, std::int64_t, std::int64_t,   \
-                                                Scalar*);                                   \
-  template void moe_grouped_gemm_tn_cpu<Scalar>(const Scalar*, const Scalar*,               \
-                                                const std::int64_t*, std::int64_t,          \
-                                                std::int64_t, std::int64_t, std::int64_t,   \
-                                                Scalar*);
+#define MOERL_MOE_INSTANTIATE(Scalar)                                                                                  \
+  template void moe_dispatch_cpu<Scalar>(const Scalar*, const std::int64_t*, const Scalar*, std::int64_t,              \
+                                         std::int64_t, std::int64_t, std::int64_t, Scalar*);                           \
+  template void moe_combine_cpu<Scalar>(const Scalar*, const std::int64_t*, const Scalar*, std::int64_t, std::int64_t, \
+                                        std::int64_t, Scalar*);                                                        \
+  template void moe_combine_gate_grad_cpu<Scalar>(const Scalar*, const Scalar*, const std::int64_t*, std::int64_t,     \
+                                                  std::int64_t, std::int64_t, Scalar*);                                \
+  template void moe_grouped_gemm_nt_cpu<Scalar>(const Scalar*, const Scalar*, const std::int64_t*, std::int64_t,       \
+                                                std::int64_t, std::int64_t, std::int64_t, Scalar*);                    \
+  template void moe_grouped_gemm_nn_cpu<Scalar>(const Scalar*, const Scalar*, const std::int64_t*, std::int64_t,       \
+                                                std::int64_t, std::int64_t, std::int64_t, Scalar*);                    \
+  template void moe_grouped_gemm_tn_cpu<Scalar>(const Scalar*, const Scalar*, const std::int64_t*, std::int64_t,       \
+                                                std::int64_t, std::int64_t, std::int64_t, Scalar*);
 
 MOERL_MOE_INSTANTIATE(float)
 MOERL_MOE_INSTANTIATE(double)

@@ -20,9 +20,9 @@ inline Scalar sigmoid(Scalar v) {
 }  // namespace
 
 template <typename Scalar>
-void moe_swiglu_forward_rows_cpu(const Scalar* x, const Scalar* w_gate, const Scalar* w_up,
-                                 const Scalar* w_down, std::int64_t n, std::int64_t hidden,
-                                 std::int64_t d_expert, Scalar* gu, Scalar* h, Scalar* y) {
+void moe_swiglu_forward_rows_cpu(const Scalar* x, const Scalar* w_gate, const Scalar* w_up, const Scalar* w_down,
+                                 std::int64_t n, std::int64_t hidden, std::int64_t d_expert, Scalar* gu, Scalar* h,
+                                 Scalar* y) {
   if (n == 0) return;
   const std::int64_t D = d_expert, H = hidden;
   cpu_gemm<Scalar>(false, true, n, D, H, Scalar(1), x, H, w_gate, H, Scalar(0), gu, 2 * D);
@@ -37,10 +37,9 @@ void moe_swiglu_forward_rows_cpu(const Scalar* x, const Scalar* w_gate, const Sc
 }
 
 template <typename Scalar>
-void moe_swiglu_backward_rows_cpu(const Scalar* x, const Scalar* gu, const Scalar* h,
-                                  const Scalar* dy, const Scalar* w_gate, const Scalar* w_up,
-                                  const Scalar* w_down, std::int64_t n, std::int64_t hidden,
-                                  std::int64_t d_expert, Scalar* scratch, Scalar* dx,
+void moe_swiglu_backward_rows_cpu(const Scalar* x, const Scalar* gu, const Scalar* h, const Scalar* dy,
+                                  const Scalar* w_gate, const Scalar* w_up, const Scalar* w_down, std::int64_t n,
+                                  std::int64_t hidden, std::int64_t d_expert, Scalar* scratch, Scalar* dx,
                                   Scalar* dw_gate, Scalar* dw_up, Scalar* dw_down) {
   const std::int64_t D = d_expert, H = hidden;
   if (n == 0) {
@@ -73,15 +72,13 @@ void moe_swiglu_backward_rows_cpu(const Scalar* x, const Scalar* gu, const Scala
   cpu_gemm<Scalar>(true, false, D, H, n, Scalar(1), du, 2 * D, x, H, Scalar(0), dw_up, H);
 }
 
-#define MOERL_MOE_SWIGLU_INSTANTIATE(Scalar)                                                   \
-  template void moe_swiglu_forward_rows_cpu<Scalar>(const Scalar*, const Scalar*,             \
-                                                    const Scalar*, const Scalar*, std::int64_t, \
-                                                    std::int64_t, std::int64_t, Scalar*,        \
-                                                    Scalar*, Scalar*);                          \
-  template void moe_swiglu_backward_rows_cpu<Scalar>(                                          \
-      const Scalar*, const Scalar*, const Scalar*, const Scalar*, const Scalar*, const Scalar*, \
-      const Scalar*, std::int64_t, std::int64_t, std::int64_t, Scalar*, Scalar*, Scalar*,       \
-      Scalar*, Scalar*);
+#define MOERL_MOE_SWIGLU_INSTANTIATE(Scalar)                                                                    \
+  template void moe_swiglu_forward_rows_cpu<Scalar>(const Scalar*, const Scalar*, const Scalar*, const Scalar*, \
+                                                    std::int64_t, std::int64_t, std::int64_t, Scalar*, Scalar*, \
+                                                    Scalar*);                                                   \
+  template void moe_swiglu_backward_rows_cpu<Scalar>(                                                           \
+      const Scalar*, const Scalar*, const Scalar*, const Scalar*, const Scalar*, const Scalar*, const Scalar*,  \
+      std::int64_t, std::int64_t, std::int64_t, Scalar*, Scalar*, Scalar*, Scalar*, Scalar*);
 
 MOERL_MOE_SWIGLU_INSTANTIATE(float)
 MOERL_MOE_SWIGLU_INSTANTIATE(double)

@@ -15,8 +15,7 @@ namespace {
 constexpr int kPlanTile = 256;  // assignments per block in the plan kernels
 
 // Per tile: how many of its assignments go to each expert.
-__global__ void plan_tile_counts(const std::int64_t* __restrict__ expert_idx,
-                                 std::int64_t assignments, int experts,
+__global__ void plan_tile_counts(const std::int64_t* __restrict__ expert_idx, std::int64_t assignments, int experts,
                                  std::int64_t* __restrict__ tile_counts) {
   extern __shared__ int counts_s[];
   for (int e = threadIdx.x; e < experts; e += blockDim.x) counts_s[e] = 0;
@@ -35,9 +34,8 @@ __global__ void plan_tile_counts(const std::int64_t* __restrict__ expert_idx,
 // One block per expert: turns that expert's column of tile counts into each
 // tile's exclusive start (in place, a block-wide scan over 256 tiles at a
 // time), and writes routed[e] and counts[e] (after capacity).
-__global__ void plan_scan_expert(std::int64_t* __restrict__ tile_counts, std::int64_t tiles,
-                                 int experts, std::int64_t capacity,
-                                 std::int64_t* __restrict__ routed,
+__global__ void plan_scan_expert(std::int64_t* __restrict__ tile_counts, std::int64_t tiles, int experts,
+                                 std::int64_t capacity, std::int64_t* __restrict__ routed,
                                  std::int64_t* __restrict__ counts) {
   __shared__ std::int64_t buf[kPlanTile];
   const int e = blockIdx.x;
@@ -68,8 +66,8 @@ __global__ void plan_scan_expert(std::int64_t* __restrict__ tile_counts, std::in
 // One thread: padded segment starts and the dropped total. E is tens to
 // hundreds, so a serial pass is cheaper than another scan launch.
 __global__ void plan_offsets(int experts, std::int64_t block, const std::int64_t* __restrict__ routed,
-                             const std::int64_t* __restrict__ counts,
-                             std::int64_t* __restrict__ offsets, std::int64_t* __restrict__ dropped) {
+                             const std::int64_t* __restrict__ counts, std::int64_t* __restrict__ offsets,
+                             std::int64_t* __restrict__ dropped) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   std::int64_t start = 0, lost = 0;
   for (int e = 0; e < experts; ++e) {
@@ -82,11 +80,9 @@ __global__ void plan_offsets(int experts, std::int64_t block, const std::int64_t
 }
 
 // Each assignment's rank among same-expert assignments before it (stable).
-__global__ void plan_assign(const std::int64_t* __restrict__ expert_idx, std::int64_t assignments,
-                            int experts, std::int64_t capacity,
-                            const std::int64_t* __restrict__ tile_starts,
-                            const std::int64_t* __restrict__ offsets,
-                            std::int64_t* __restrict__ dest_row,
+__global__ void plan_assign(const std::int64_t* __restrict__ expert_idx, std::int64_t assignments, int experts,
+                            std::int64_t capacity, const std::int64_t* __restrict__ tile_starts,
+                            const std::int64_t* __restrict__ offsets, std::int64_t* __restrict__ dest_row,
                             std::int64_t* __restrict__ row_source) {
   __shared__ int tile_e[kPlanTile];
   const std::int64_t a = static_cast<std::int64_t>(blockIdx.x) * kPlanTile + threadIdx.x;
@@ -111,9 +107,8 @@ __global__ void plan_assign(const std::int64_t* __restrict__ expert_idx, std::in
 }
 
 __global__ void dispatch_kernel(const float* __restrict__ x, const std::int64_t* __restrict__ row_source,
-                                const float* __restrict__ weights, std::int64_t top_k,
-                                std::int64_t hidden, std::int64_t rows, bool vec4,
-                                float* __restrict__ out) {
+                                const float* __restrict__ weights, std::int64_t top_k, std::int64_t hidden,
+                                std::int64_t rows, bool vec4, float* __restrict__ out) {
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const std::int64_t a = row_source[r];
     float* dst = out + r * hidden;
@@ -138,8 +133,8 @@ __global__ void dispatch_kernel(const float* __restrict__ x, const std::int64_t*
 }
 
 __global__ void combine_kernel(const float* __restrict__ src, const std::int64_t* __restrict__ dest_row,
-                               const float* __restrict__ weights, std::int64_t tokens,
-                               std::int64_t top_k, std::int64_t hidden, float* __restrict__ y) {
+                               const float* __restrict__ weights, std::int64_t tokens, std::int64_t top_k,
+                               std::int64_t hidden, float* __restrict__ y) {
   for (std::int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
     float* dst = y + t * hidden;
     for (std::int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
@@ -157,9 +152,8 @@ __global__ void combine_kernel(const float* __restrict__ src, const std::int64_t
 
 // One warp per assignment.
 __global__ void gate_grad_kernel(const float* __restrict__ grad_y, const float* __restrict__ src,
-                                 const std::int64_t* __restrict__ dest_row,
-                                 std::int64_t assignments, std::int64_t top_k, std::int64_t hidden,
-                                 float* __restrict__ grad_w) {
+                                 const std::int64_t* __restrict__ dest_row, std::int64_t assignments,
+                                 std::int64_t top_k, std::int64_t hidden, float* __restrict__ grad_w) {
   const int lane = threadIdx.x & 31;
   const std::int64_t warps_per_block = blockDim.x / 32;
   for (std::int64_t a = blockIdx.x * warps_per_block + threadIdx.x / 32; a < assignments;
@@ -185,13 +179,16 @@ __device__ __forceinline__ int expert_of_row(const std::int64_t* offsets, int ex
   int lo = 0, hi = experts;  // last e with offsets[e] <= r
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (offsets[mid] <= r) lo = mid; else hi = mid;
+    if (offsets[mid] <= r)
+      lo = mid;
+    else
+      hi = mid;
   }
   return lo;
 }
 
-__device__ __forceinline__ void tile_fma(const float (&sa)[BK][BM], const float (&sb)[BK][BN],
-                                         int ty, int tx, float (&acc)[4][4]) {
+__device__ __forceinline__ void tile_fma(const float (&sa)[BK][BM], const float (&sb)[BK][BN], int ty, int tx,
+                                         float (&acc)[4][4]) {
 #pragma unroll
   for (int kk = 0; kk < BK; ++kk) {
     float av[4], bv[4];
@@ -213,9 +210,9 @@ __device__ __forceinline__ void tile_fma(const float (&sa)[BK][BM], const float 
 // masking A to that expert's rows, so every row sums only its own expert.
 template <bool B_NT>
 __global__ void __launch_bounds__(kGemmThreads)
-grouped_rows_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                    const std::int64_t* __restrict__ offsets, std::int64_t rows, int experts,
-                    std::int64_t cols, std::int64_t P, float* __restrict__ C) {
+    grouped_rows_kernel(const float* __restrict__ A, const float* __restrict__ B,
+                        const std::int64_t* __restrict__ offsets, std::int64_t rows, int experts, std::int64_t cols,
+                        std::int64_t P, float* __restrict__ C) {
   __shared__ float sa[BK][BM];
   __shared__ float sb[BK][BN];
   const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
@@ -245,7 +242,7 @@ grouped_rows_kernel(const float* __restrict__ A, const float* __restrict__ B,
             const int n = idx / BK, kk = idx % BK;
             const std::int64_t c = c0 + n, p = p0 + kk;
             sb[kk][n] = (c < cols && p < P) ? Be[c * P + p] : 0.f;
-          } else {     // contiguous along c
+          } else {  // contiguous along c
             const int kk = idx / BN, n = idx % BN;
             const std::int64_t c = c0 + n, p = p0 + kk;
             sb[kk][n] = (c < cols && p < P) ? Be[p * cols + c] : 0.f;
@@ -271,9 +268,9 @@ grouped_rows_kernel(const float* __restrict__ A, const float* __restrict__ B,
 
 // Weight gradient: C[e][n][q] = sum_{r in segment e} A[r,n] * X[r,q].
 __global__ void __launch_bounds__(kGemmThreads)
-grouped_wgrad_kernel(const float* __restrict__ A, const float* __restrict__ X,
-                     const std::int64_t* __restrict__ offsets, int experts, std::int64_t N,
-                     std::int64_t K, float* __restrict__ C) {
+    grouped_wgrad_kernel(const float* __restrict__ A, const float* __restrict__ X,
+                         const std::int64_t* __restrict__ offsets, int experts, std::int64_t N, std::int64_t K,
+                         float* __restrict__ C) {
   __shared__ float sa[BK][BM];
   __shared__ float sb[BK][BN];
   const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
@@ -321,11 +318,10 @@ std::size_t moe_plan_workspace_bytes(std::int64_t tokens, std::int64_t top_k, st
   return static_cast<std::size_t>((tiles > 0 ? tiles : 1) * experts) * sizeof(std::int64_t);
 }
 
-cudaError_t moe_plan_cuda(const std::int64_t* expert_idx, std::int64_t tokens, std::int64_t top_k,
-                          std::int64_t experts, std::int64_t capacity, std::int64_t block_size,
-                          std::int64_t* routed, std::int64_t* counts, std::int64_t* offsets,
-                          std::int64_t* dest_row, std::int64_t* row_source, std::int64_t* dropped,
-                          void* workspace, cudaStream_t stream) {
+cudaError_t moe_plan_cuda(const std::int64_t* expert_idx, std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
+                          std::int64_t capacity, std::int64_t block_size, std::int64_t* routed, std::int64_t* counts,
+                          std::int64_t* offsets, std::int64_t* dest_row, std::int64_t* row_source,
+                          std::int64_t* dropped, void* workspace, cudaStream_t stream) {
   const std::int64_t assignments = tokens * top_k;
   const std::int64_t block = block_size < 1 ? 1 : block_size;
   const std::int64_t rows = moe_permuted_rows(tokens, top_k, experts, block);
@@ -339,87 +335,80 @@ cudaError_t moe_plan_cuda(const std::int64_t* expert_idx, std::int64_t tokens, s
     plan_tile_counts<<<static_cast<unsigned>(tiles), kPlanTile, sizeof(int) * experts, stream>>>(
         expert_idx, assignments, e32, tile_counts);
   }
-  plan_scan_expert<<<static_cast<unsigned>(experts), kPlanTile, 0, stream>>>(
-      tile_counts, tiles, e32, capacity, routed, counts);
+  plan_scan_expert<<<static_cast<unsigned>(experts), kPlanTile, 0, stream>>>(tile_counts, tiles, e32, capacity, routed,
+                                                                             counts);
   plan_offsets<<<1, 32, 0, stream>>>(e32, block, routed, counts, offsets, dropped);
   if (tiles > 0) {
-    plan_assign<<<static_cast<unsigned>(tiles), kPlanTile, 0, stream>>>(
-        expert_idx, assignments, e32, capacity, tile_counts, offsets, dest_row, row_source);
+    plan_assign<<<static_cast<unsigned>(tiles), kPlanTile, 0, stream>>>(expert_idx, assignments, e32, capacity,
+                                                                        tile_counts, offsets, dest_row, row_source);
   }
   return cudaGetLastError();
 }
 
-cudaError_t moe_dispatch_cuda(const float* x, const std::int64_t* row_source, const float* weights,
-                              std::int64_t tokens, std::int64_t top_k, std::int64_t hidden,
-                              std::int64_t rows, float* out, cudaStream_t stream) {
+cudaError_t moe_dispatch_cuda(const float* x, const std::int64_t* row_source, const float* weights, std::int64_t tokens,
+                              std::int64_t top_k, std::int64_t hidden, std::int64_t rows, float* out,
+                              cudaStream_t stream) {
   if (rows == 0 || hidden == 0) return cudaSuccess;
   // float4 rows need hidden % 4 == 0 and 16-byte aligned bases (views may be offset).
-  const bool vec4 = (hidden % 4 == 0) &&
-                    ((reinterpret_cast<std::uintptr_t>(x) | reinterpret_cast<std::uintptr_t>(out)) & 15) == 0;
-  dispatch_kernel<<<grid_1d(rows), 128, 0, stream>>>(x, row_source, weights, top_k, hidden, rows,
-                                                     vec4, out);
+  const bool vec4 =
+      (hidden % 4 == 0) && ((reinterpret_cast<std::uintptr_t>(x) | reinterpret_cast<std::uintptr_t>(out)) & 15) == 0;
+  dispatch_kernel<<<grid_1d(rows), 128, 0, stream>>>(x, row_source, weights, top_k, hidden, rows, vec4, out);
   return cudaGetLastError();
 }
 
-cudaError_t moe_combine_cuda(const float* src, const std::int64_t* dest_row, const float* weights,
-                             std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, float* y,
-                             cudaStream_t stream) {
+cudaError_t moe_combine_cuda(const float* src, const std::int64_t* dest_row, const float* weights, std::int64_t tokens,
+                             std::int64_t top_k, std::int64_t hidden, float* y, cudaStream_t stream) {
   if (tokens == 0 || hidden == 0) return cudaSuccess;
-  combine_kernel<<<grid_1d(tokens), 128, 0, stream>>>(src, dest_row, weights, tokens, top_k,
-                                                      hidden, y);
+  combine_kernel<<<grid_1d(tokens), 128, 0, stream>>>(src, dest_row, weights, tokens, top_k, hidden, y);
   return cudaGetLastError();
 }
 
-cudaError_t moe_combine_gate_grad_cuda(const float* grad_y, const float* src,
-                                       const std::int64_t* dest_row, std::int64_t tokens,
-                                       std::int64_t top_k, std::int64_t hidden, float* grad_w,
+cudaError_t moe_combine_gate_grad_cuda(const float* grad_y, const float* src, const std::int64_t* dest_row,
+                                       std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, float* grad_w,
                                        cudaStream_t stream) {
   const std::int64_t assignments = tokens * top_k;
   if (assignments == 0) return cudaSuccess;
-  gate_grad_kernel<<<grid_1d((assignments + 7) / 8), 256, 0, stream>>>(
-      grad_y, src, dest_row, assignments, top_k, hidden, grad_w);
+  gate_grad_kernel<<<grid_1d((assignments + 7) / 8), 256, 0, stream>>>(grad_y, src, dest_row, assignments, top_k,
+                                                                       hidden, grad_w);
   return cudaGetLastError();
 }
 
 namespace {
-cudaError_t launch_rows(bool b_nt, const float* A, const float* B, const std::int64_t* offsets,
-                        std::int64_t rows, std::int64_t experts, std::int64_t cols, std::int64_t P,
-                        float* C, cudaStream_t stream) {
+cudaError_t launch_rows(bool b_nt, const float* A, const float* B, const std::int64_t* offsets, std::int64_t rows,
+                        std::int64_t experts, std::int64_t cols, std::int64_t P, float* C, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>((cols + BN - 1) / BN),
-                  static_cast<unsigned>((rows + BM - 1) / BM));
+  const dim3 grid(static_cast<unsigned>((cols + BN - 1) / BN), static_cast<unsigned>((rows + BM - 1) / BM));
   if (grid.y > 65535u) return cudaErrorInvalidConfiguration;
   if (b_nt) {
-    grouped_rows_kernel<true><<<grid, kGemmThreads, 0, stream>>>(A, B, offsets, rows,
-                                                                 static_cast<int>(experts), cols, P, C);
+    grouped_rows_kernel<true>
+        <<<grid, kGemmThreads, 0, stream>>>(A, B, offsets, rows, static_cast<int>(experts), cols, P, C);
   } else {
-    grouped_rows_kernel<false><<<grid, kGemmThreads, 0, stream>>>(A, B, offsets, rows,
-                                                                  static_cast<int>(experts), cols, P, C);
+    grouped_rows_kernel<false>
+        <<<grid, kGemmThreads, 0, stream>>>(A, B, offsets, rows, static_cast<int>(experts), cols, P, C);
   }
   return cudaGetLastError();
 }
 }  // namespace
 
-cudaError_t moe_grouped_gemm_nt_cuda(const float* A, const float* B, const std::int64_t* offsets,
-                                     std::int64_t rows, std::int64_t experts, std::int64_t N,
-                                     std::int64_t K, float* C, cudaStream_t stream) {
+cudaError_t moe_grouped_gemm_nt_cuda(const float* A, const float* B, const std::int64_t* offsets, std::int64_t rows,
+                                     std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
+                                     cudaStream_t stream) {
   return launch_rows(true, A, B, offsets, rows, experts, N, K, C, stream);
 }
 
-cudaError_t moe_grouped_gemm_nn_cuda(const float* A, const float* B, const std::int64_t* offsets,
-                                     std::int64_t rows, std::int64_t experts, std::int64_t N,
-                                     std::int64_t K, float* C, cudaStream_t stream) {
+cudaError_t moe_grouped_gemm_nn_cuda(const float* A, const float* B, const std::int64_t* offsets, std::int64_t rows,
+                                     std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
+                                     cudaStream_t stream) {
   return launch_rows(false, A, B, offsets, rows, experts, K, N, C, stream);
 }
 
-cudaError_t moe_grouped_gemm_tn_cuda(const float* A, const float* X, const std::int64_t* offsets,
-                                     std::int64_t rows, std::int64_t experts, std::int64_t N,
-                                     std::int64_t K, float* C, cudaStream_t stream) {
+cudaError_t moe_grouped_gemm_tn_cuda(const float* A, const float* X, const std::int64_t* offsets, std::int64_t rows,
+                                     std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
+                                     cudaStream_t stream) {
   if (experts == 0 || N == 0 || K == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((K + BN - 1) / BN), static_cast<unsigned>((N + BM - 1) / BM),
                   static_cast<unsigned>(experts));
-  grouped_wgrad_kernel<<<grid, kGemmThreads, 0, stream>>>(A, X, offsets, static_cast<int>(experts),
-                                                          N, K, C);
+  grouped_wgrad_kernel<<<grid, kGemmThreads, 0, stream>>>(A, X, offsets, static_cast<int>(experts), N, K, C);
   return cudaGetLastError();
 }
 

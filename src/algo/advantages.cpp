@@ -15,13 +15,11 @@ namespace moerl::algo {
 
 namespace {
 
-void check_episode_inputs(const char* what, const torch::Tensor& rewards,
-                          const torch::Tensor& group_ids) {
+void check_episode_inputs(const char* what, const torch::Tensor& rewards, const torch::Tensor& group_ids) {
   MOERL_CHECK(rewards.dim() == 1, std::string(what) + ": rewards must be [N]");
   MOERL_CHECK(group_ids.dim() == 1 && group_ids.size(0) == rewards.size(0),
-              std::string(what) + ": group_ids must be [N] like rewards (got " +
-                  std::to_string(group_ids.numel()) + " for " + std::to_string(rewards.numel()) +
-                  " rewards)");
+              std::string(what) + ": group_ids must be [N] like rewards (got " + std::to_string(group_ids.numel()) +
+                  " for " + std::to_string(rewards.numel()) + " rewards)");
   MOERL_CHECK(rewards.is_floating_point(), std::string(what) + ": rewards must be floating point");
 }
 
@@ -119,8 +117,10 @@ GroupFilter filter_zero_variance_groups(const torch::Tensor& rewards, const torc
   auto kept = torch::empty({n}, torch::kBool);
   auto* kv = kept.data_ptr<bool>();
   for (std::int64_t g = 0; g < groups; ++g) {
-    if (hi[g] - lo[g] > tolerance) ++f.kept_groups;
-    else ++f.dropped_groups;
+    if (hi[g] - lo[g] > tolerance)
+      ++f.kept_groups;
+    else
+      ++f.dropped_groups;
   }
   for (std::int64_t i = 0; i < n; ++i) {
     kv[i] = hi[gv[i]] - lo[gv[i]] > tolerance;
@@ -134,8 +134,7 @@ torch::Tensor overlong_penalty(const torch::Tensor& response_lengths, const Over
   MOERL_CHECK(response_lengths.dim() == 1, "overlong_penalty: response_lengths must be [N]");
   MOERL_CHECK(options.max_length > 0, "overlong_penalty: max_length must be positive");
   MOERL_CHECK(options.cache_length > 0 && options.cache_length <= options.max_length,
-              "overlong_penalty: cache_length must be in (0, max_length], got " +
-                  std::to_string(options.cache_length));
+              "overlong_penalty: cache_length must be in (0, max_length], got " + std::to_string(options.cache_length));
   torch::NoGradGuard no_grad;
   auto dtype = response_lengths.is_floating_point() ? response_lengths.scalar_type() : torch::kFloat;
   auto length = response_lengths.to(dtype);
@@ -143,8 +142,7 @@ torch::Tensor overlong_penalty(const torch::Tensor& response_lengths, const Over
   // Inside the ramp: ((L_max - L_cache) - L) / L_cache, from 0 down to -1 at L_max.
   auto ramp = (free_until - length) / static_cast<double>(options.cache_length);
   auto penalty = torch::where(length <= free_until, torch::zeros_like(length), ramp);
-  penalty = torch::where(length > static_cast<double>(options.max_length),
-                         torch::full_like(length, -1.0), penalty);
+  penalty = torch::where(length > static_cast<double>(options.max_length), torch::full_like(length, -1.0), penalty);
   return penalty * options.factor;
 }
 

@@ -28,9 +28,9 @@ TurnLayout make_turn_layout(const torch::Tensor& sequence_index, const torch::Te
 
   std::vector<std::int64_t> turns_of(num_sequences, 0);
   for (std::int64_t t = 0; t < tokens; ++t) {
-    MOERL_CHECK(sv[t] >= 0 && sv[t] < num_sequences,
-                "make_turn_layout: sequence_index " + std::to_string(sv[t]) + " at token " +
-                    std::to_string(t) + " outside [0, " + std::to_string(num_sequences) + ")");
+    MOERL_CHECK(sv[t] >= 0 && sv[t] < num_sequences, "make_turn_layout: sequence_index " + std::to_string(sv[t]) +
+                                                         " at token " + std::to_string(t) + " outside [0, " +
+                                                         std::to_string(num_sequences) + ")");
     MOERL_CHECK(tv[t] >= 0, "make_turn_layout: negative turn_index at token " + std::to_string(t));
     turns_of[sv[t]] = std::max(turns_of[sv[t]], tv[t] + 1);
   }
@@ -59,8 +59,8 @@ TurnLayout make_turn_layout(const torch::Tensor& sequence_index, const torch::Te
   auto value_position = torch::empty({turns}, torch::kLong);
   auto* vpv = value_position.data_ptr<std::int64_t>();
   for (std::int64_t m = 0; m < turns; ++m) {
-    MOERL_CHECK(fgv[m] < tokens, "make_turn_layout: turn " + std::to_string(m - ov[tev[m]]) +
-                                     " of episode " + std::to_string(tev[m]) + " has no generated token");
+    MOERL_CHECK(fgv[m] < tokens, "make_turn_layout: turn " + std::to_string(m - ov[tev[m]]) + " of episode " +
+                                     std::to_string(tev[m]) + " has no generated token");
     vpv[m] = fgv[m];
   }
   const auto device = sequence_index.device();
@@ -85,9 +85,8 @@ GaeResult gae_over_turns(const torch::Tensor& turn_rewards, const torch::Tensor&
               "gae_over_turns: turn_rewards, turn_values and turn_episode must be [M]");
   const std::int64_t turns = turn_rewards.size(0);
   MOERL_CHECK(turn_values.size(0) == turns && turn_episode.size(0) == turns,
-              "gae_over_turns: turn_rewards has " + std::to_string(turns) +
-                  " turns, turn_values " + std::to_string(turn_values.size(0)) +
-                  ", turn_episode " + std::to_string(turn_episode.size(0)));
+              "gae_over_turns: turn_rewards has " + std::to_string(turns) + " turns, turn_values " +
+                  std::to_string(turn_values.size(0)) + ", turn_episode " + std::to_string(turn_episode.size(0)));
   torch::NoGradGuard no_grad;
   // The recursion runs backwards over a few turns per episode: sequential by
   // nature, cheap on the host in double.
@@ -95,8 +94,7 @@ GaeResult gae_over_turns(const torch::Tensor& turn_rewards, const torch::Tensor&
   auto v = turn_values.detach().to(torch::kCPU, torch::kDouble).contiguous();
   auto e = turn_episode.to(torch::kCPU, torch::kLong).contiguous();
   torch::Tensor boot;
-  if (bootstrap_values.defined())
-    boot = bootstrap_values.detach().to(torch::kCPU, torch::kDouble).contiguous();
+  if (bootstrap_values.defined()) boot = bootstrap_values.detach().to(torch::kCPU, torch::kDouble).contiguous();
   const auto* rv = r.data_ptr<double>();
   const auto* vv = v.data_ptr<double>();
   const auto* ev = e.data_ptr<std::int64_t>();
@@ -107,8 +105,8 @@ GaeResult gae_over_turns(const torch::Tensor& turn_rewards, const torch::Tensor&
   for (std::int64_t k = turns - 1; k >= 0; --k) {
     const bool last = k == turns - 1 || ev[k + 1] != ev[k];
     if (k < turns - 1)
-      MOERL_CHECK(ev[k + 1] >= ev[k], "gae_over_turns: turn_episode must be nondecreasing (turn " +
-                                          std::to_string(k + 1) + ")");
+      MOERL_CHECK(ev[k + 1] >= ev[k],
+                  "gae_over_turns: turn_episode must be nondecreasing (turn " + std::to_string(k + 1) + ")");
     double next_value = 0;
     double next_adv = 0;
     if (last) {

@@ -19,14 +19,11 @@ namespace moerl::algo {
 
 namespace {
 
-void check_token_tensor(const char* name, const torch::Tensor& t, std::int64_t tokens,
-                        const torch::Tensor& like) {
+void check_token_tensor(const char* name, const torch::Tensor& t, std::int64_t tokens, const torch::Tensor& like) {
   MOERL_CHECK(t.dim() == 1 && t.size(0) == tokens,
-              std::string("policy_loss: ") + name + " must be [T] with T = " +
-                  std::to_string(tokens) + ", got " + std::to_string(t.dim()) + " dims and " +
-                  std::to_string(t.numel()) + " elements");
-  MOERL_CHECK(t.device() == like.device(),
-              std::string("policy_loss: ") + name + " is on another device than logp_new");
+              std::string("policy_loss: ") + name + " must be [T] with T = " + std::to_string(tokens) + ", got " +
+                  std::to_string(t.dim()) + " dims and " + std::to_string(t.numel()) + " elements");
+  MOERL_CHECK(t.device() == like.device(), std::string("policy_loss: ") + name + " is on another device than logp_new");
 }
 
 // where(gen, x, 0) with x cast to dtype; detached unless keep_grad.
@@ -39,8 +36,7 @@ torch::Tensor masked_or_zero(const torch::Tensor& x, const torch::Tensor& gen, t
 // The normalisation shared by the policy, KL and entropy terms.
 class Aggregator {
  public:
-  Aggregator(const PolicyLossOptions& options, torch::Tensor counted, torch::Tensor seq,
-             std::int64_t num_sequences)
+  Aggregator(const PolicyLossOptions& options, torch::Tensor counted, torch::Tensor seq, std::int64_t num_sequences)
       : options_(options), counted_(std::move(counted)), seq_(std::move(seq)), n_(num_sequences) {
     auto counted_f = counted_.to(torch::kDouble);
     per_seq_tokens_ = segment_sum(counted_f, seq_, n_);  // [N] double
@@ -80,8 +76,8 @@ class Aggregator {
   }
 
   const PolicyLossOptions& options_;
-  torch::Tensor counted_;         // [T] bool
-  torch::Tensor seq_;             // [T] int64
+  torch::Tensor counted_;  // [T] bool
+  torch::Tensor seq_;      // [T] int64
   std::int64_t n_;
   torch::Tensor per_seq_tokens_;  // [N] double
   torch::Tensor tokens_;
@@ -94,14 +90,12 @@ void check_options(const PolicyLossOptions& o) {
   MOERL_CHECK(o.clip_high >= 0, "policy_loss: clip_high must be >= 0, got " + std::to_string(o.clip_high));
   MOERL_CHECK(o.aggregation != LossAggregation::ConstantNormalizer || o.constant_normalizer > 0,
               "policy_loss: ConstantNormalizer needs constant_normalizer > 0");
-  MOERL_CHECK(o.sequence_mask_low <= o.sequence_mask_high,
-              "policy_loss: sequence_mask_low exceeds sequence_mask_high");
+  MOERL_CHECK(o.sequence_mask_low <= o.sequence_mask_high, "policy_loss: sequence_mask_low exceeds sequence_mask_high");
 }
 
 }  // namespace
 
-torch::Tensor kl_estimate(const torch::Tensor& logp_new, const torch::Tensor& logp_reference,
-                          KlEstimator estimator) {
+torch::Tensor kl_estimate(const torch::Tensor& logp_new, const torch::Tensor& logp_reference, KlEstimator estimator) {
   if (estimator == KlEstimator::KlNone) return torch::zeros_like(logp_new);
   MOERL_CHECK(logp_reference.defined() && logp_reference.sizes() == logp_new.sizes(),
               "kl_estimate: logp_reference must match logp_new");
@@ -166,8 +160,7 @@ LossResult policy_loss(const PolicyLossInputs& in, const PolicyLossOptions& opti
   const auto gen = in.loss_mask.ne(0);  // [T] bool: generated tokens
   const auto seq = in.sequence_index.to(torch::kLong);
   const auto new_s = masked_or_zero(in.logp_new, gen, dtype, true);
-  const auto prox_s = in.logp_proximal.defined() ? masked_or_zero(in.logp_proximal, gen, dtype, false)
-                                                 : new_s.detach();
+  const auto prox_s = in.logp_proximal.defined() ? masked_or_zero(in.logp_proximal, gen, dtype, false) : new_s.detach();
   const auto adv = masked_or_zero(in.advantages, gen, dtype, false);
 
   // Decoupled PPO: truncated importance weight behaviour -> proximal.
@@ -188,8 +181,8 @@ LossResult policy_loss(const PolicyLossInputs& in, const PolicyLossOptions& opti
   }
 
   // Sequence mask: the tokens that count are generated tokens of kept episodes.
-  auto keep = sequence_keep_mask(prox_s, in.logp_behaviour.defined() ? in.logp_behaviour : prox_s,
-                                 in.loss_mask, seq, n, options);
+  auto keep = sequence_keep_mask(prox_s, in.logp_behaviour.defined() ? in.logp_behaviour : prox_s, in.loss_mask, seq, n,
+                                 options);
   auto counted = gen.logical_and(keep.index_select(0, seq));
   Aggregator aggregate(options, counted, seq, n);
 

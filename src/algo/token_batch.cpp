@@ -6,8 +6,7 @@
 
 namespace moerl::algo {
 
-torch::Tensor segment_sum(const torch::Tensor& values, const torch::Tensor& segment,
-                          std::int64_t num_segments) {
+torch::Tensor segment_sum(const torch::Tensor& values, const torch::Tensor& segment, std::int64_t num_segments) {
   MOERL_CHECK(values.dim() == 1 && segment.dim() == 1 && values.size(0) == segment.size(0),
               "segment_sum: values and segment must both be [T]");
   MOERL_CHECK(num_segments >= 0, "segment_sum: negative segment count");
@@ -16,8 +15,8 @@ torch::Tensor segment_sum(const torch::Tensor& values, const torch::Tensor& segm
   return zeros.index_add(0, segment.to(torch::kLong), values);
 }
 
-torch::Tensor segment_mean(const torch::Tensor& values, const torch::Tensor& mask,
-                           const torch::Tensor& segment, std::int64_t num_segments) {
+torch::Tensor segment_mean(const torch::Tensor& values, const torch::Tensor& mask, const torch::Tensor& segment,
+                           std::int64_t num_segments) {
   auto m = mask.to(values.scalar_type()).ne(0).to(values.scalar_type()).detach();
   auto sums = segment_sum(values * m, segment, num_segments);
   auto counts = segment_sum(m, segment, num_segments);

@@ -9,9 +9,8 @@
 
 namespace moerl::algo {
 
-ValueLossResult value_loss(const torch::Tensor& values, const torch::Tensor& old_values,
-                           const torch::Tensor& returns, const ValueLossOptions& options,
-                           const torch::Tensor& mask) {
+ValueLossResult value_loss(const torch::Tensor& values, const torch::Tensor& old_values, const torch::Tensor& returns,
+                           const ValueLossOptions& options, const torch::Tensor& mask) {
   MOERL_CHECK(values.dim() == 1 && values.is_floating_point(), "value_loss: values must be a floating [K] tensor");
   const auto k = values.size(0);
   MOERL_CHECK(old_values.dim() == 1 && old_values.size(0) == k,
@@ -52,10 +51,9 @@ ValueLossResult value_loss(const torch::Tensor& values, const torch::Tensor& old
       return ((x - mean).pow(2) * kd).sum() / cnt;
     };
     auto var_r = masked_var(rd);
-    auto ev = torch::where(var_r > 0, 1.0 - masked_var(rd - vd) / var_r.clamp_min(1e-300),
-                           torch::zeros_like(var_r));
-    std::vector<torch::Tensor> stats = {(clip_used.to(torch::kDouble) * kd).sum() / cnt,
-                                        (vd * kd).sum() / cnt, ev, kd.sum()};
+    auto ev = torch::where(var_r > 0, 1.0 - masked_var(rd - vd) / var_r.clamp_min(1e-300), torch::zeros_like(var_r));
+    std::vector<torch::Tensor> stats = {(clip_used.to(torch::kDouble) * kd).sum() / cnt, (vd * kd).sum() / cnt, ev,
+                                        kd.sum()};
     auto host = torch::stack(stats).to(torch::kCPU).contiguous();
     const auto* h = host.data_ptr<double>();
     result.clip_fraction = h[0];

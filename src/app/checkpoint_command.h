@@ -25,24 +25,24 @@ class CheckpointStore;
 namespace moerl::app {
 
 struct CheckpointOptions {
-  std::string action;       // list | verify | tag | rollback | export | prune | write-sample
-  std::string dir;          // the checkpoint directory (RUN_DIR/checkpoints)
-  std::string version;      // verify (optional), tag, export, write-sample: a version or tag
-  std::string name;         // tag: the new tag
-  std::string to;           // rollback --to VERSION|TAG
-  bool previous = false;    // rollback --previous
-  std::string out_path;     // export OUT.h5
-  int keep_last = 0;        // prune --keep K
-  int shards = 1;           // write-sample --shards N
-  bool no_latest = false;   // write-sample --no-latest: leave `latest` where it is
-  double shard_mb = 2048;   // export-hf --shard-mb: largest safetensors shard (MiB of tensor data)
-  std::string config_path;  // import-hf --config: a run config with an hf: model source
-  std::string other;        // diff: the second DIR[:VERSION|TAG] (dir is the first)
+  std::string action;               // list | verify | tag | rollback | export | prune | write-sample
+  std::string dir;                  // the checkpoint directory (RUN_DIR/checkpoints)
+  std::string version;              // verify (optional), tag, export, write-sample: a version or tag
+  std::string name;                 // tag: the new tag
+  std::string to;                   // rollback --to VERSION|TAG
+  bool previous = false;            // rollback --previous
+  std::string out_path;             // export OUT.h5
+  int keep_last = 0;                // prune --keep K
+  int shards = 1;                   // write-sample --shards N
+  bool no_latest = false;           // write-sample --no-latest: leave `latest` where it is
+  double shard_mb = 2048;           // export-hf --shard-mb: largest safetensors shard (MiB of tensor data)
+  std::string config_path;          // import-hf --config: a run config with an hf: model source
+  std::string other;                // diff: the second DIR[:VERSION|TAG] (dir is the first)
   std::vector<std::string> ignore;  // diff --ignore: attribute names or array-name prefixes not compared
   // accept RUN_DIR VERSION (dir is the run directory there)
-  std::string checkpoints;        // --checkpoints DIR: the store, when not RUN_DIR/checkpoints
-  double max_env_p99_s = 0.5;     // --max-env-p99-s
-  double max_imbalance = 2.0;     // --max-imbalance
+  std::string checkpoints;     // --checkpoints DIR: the store, when not RUN_DIR/checkpoints
+  double max_env_p99_s = 0.5;  // --max-env-p99-s
+  double max_imbalance = 2.0;  // --max-imbalance
 };
 
 // `moerl checkpoint accept RUN_DIR VERSION` (cmd_checkpoint_accept.cpp): the

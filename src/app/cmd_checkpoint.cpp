@@ -59,9 +59,9 @@ std::string latest_summary(const storage::LatestPointer& pointer, const std::vec
   if (!pointer.problem.empty()) {
     std::string text = "CORRUPT (" + pointer.problem + "); ";
     const auto newest_valid = std::find_if(infos.rbegin(), infos.rend(), [](const auto& i) { return i.valid; });
-    text += newest_valid == infos.rend()
-                ? "no valid version to resume from"
-                : "--resume auto takes the newest valid version, " + CheckpointStore::version_label(newest_valid->version);
+    text += newest_valid == infos.rend() ? "no valid version to resume from"
+                                         : "--resume auto takes the newest valid version, " +
+                                               CheckpointStore::version_label(newest_valid->version);
     return text + "; `moerl checkpoint rollback DIR --to VERSION` rewrites the pointer";
   }
   if (!pointer.version) return "none";
@@ -94,8 +94,8 @@ int run_list(const CheckpointStore& store) {
     std::cout << "\n";
     return 0;
   }
-  std::printf("%-9s %-8s %-7s %-6s %-6s %-10s %-8s %-20s %-28s %s\n", "version", "step", "policy", "latest",
-              "shards", "size", "status", "tags", "held-out success", "metrics at save");
+  std::printf("%-9s %-8s %-7s %-6s %-6s %-10s %-8s %-20s %-28s %s\n", "version", "step", "policy", "latest", "shards",
+              "size", "status", "tags", "held-out success", "metrics at save");
   int invalid = 0;
   for (const auto& info : infos) {
     std::vector<std::string> metrics;
@@ -109,10 +109,10 @@ int run_list(const CheckpointStore& store) {
     std::printf("%-9s %-8s %-7s %-6s %-6d %-10s %-8s %-20s %-28s %s\n",
                 CheckpointStore::version_label(info.version).c_str(),
                 info.learner_step >= 0 ? std::to_string(info.learner_step).c_str() : "?",
-                info.policy_version >= 0 ? std::to_string(info.policy_version).c_str() : "?",
-                info.is_latest ? "*" : "", info.num_shards, human_bytes(info.bytes).c_str(), status.c_str(),
-                info.tags.empty() ? "-" : join(info.tags, ",").c_str(),
-                held_out_summary(store, info.version).c_str(), join(metrics, " ").c_str());
+                info.policy_version >= 0 ? std::to_string(info.policy_version).c_str() : "?", info.is_latest ? "*" : "",
+                info.num_shards, human_bytes(info.bytes).c_str(), status.c_str(),
+                info.tags.empty() ? "-" : join(info.tags, ",").c_str(), held_out_summary(store, info.version).c_str(),
+                join(metrics, " ").c_str());
     if (!info.valid) std::printf("          ^ %s\n", info.problem.c_str());
   }
   std::printf("%zu version(s), %d not valid; latest: %s\n", infos.size(), invalid,
@@ -261,7 +261,8 @@ int run_diff(const CheckpointOptions& options) {
                               storage::shape_text(other->shape));
       } else {
         const std::vector<std::uint8_t> bytes_a = a.read(info.name), bytes_b = b.read(info.name);
-        if (bytes_a != bytes_b) differences.push_back("array " + info.name + where + ": " + first_difference(info, bytes_a, bytes_b));
+        if (bytes_a != bytes_b)
+          differences.push_back("array " + info.name + where + ": " + first_difference(info, bytes_a, bytes_b));
         compared_bytes += bytes_a.size();
         ++compared_arrays;
         ++arrays_by_group[info.name.substr(0, info.name.find('/'))];
@@ -326,13 +327,14 @@ int run_write_sample(const CheckpointOptions& options) {
     writer->add_array("state/rank" + r + "/cursor", storage::DType::Int64, {3}, cursor.data(), cursor.size() * 8);
     writer->set_attribute(storage::attribute_key::kLearnerStep, version * 10);
     writer->set_attribute(storage::attribute_key::kPolicyVersion, version);
-    writer->set_attribute(storage::attribute_key::kConfigToml, std::string("# sample checkpoint\n[model]\nd_model = 16\n"));
+    writer->set_attribute(storage::attribute_key::kConfigToml,
+                          std::string("# sample checkpoint\n[model]\nd_model = 16\n"));
     writer->set_attribute("metric.reward_mean", 0.05 * static_cast<double>(version));
     writer->commit();
   }
   store.complete_version(version, options.shards, !options.no_latest);
-  std::cout << "wrote sample " << CheckpointStore::version_label(version) << " (" << options.shards
-            << " shard(s)) to " << options.dir << "\n";
+  std::cout << "wrote sample " << CheckpointStore::version_label(version) << " (" << options.shards << " shard(s)) to "
+            << options.dir << "\n";
   return 0;
 }
 
@@ -358,8 +360,8 @@ int run_checkpoint(const CheckpointOptions& options) {
     if (options.action == "export") {
       const std::int64_t version = store.resolve(options.version);
       const std::uint64_t bytes = store.export_weights(version, options.out_path);
-      std::cout << "exported the weights of " << CheckpointStore::version_label(version) << " to "
-                << options.out_path << " (" << human_bytes(bytes) << ")\n";
+      std::cout << "exported the weights of " << CheckpointStore::version_label(version) << " to " << options.out_path
+                << " (" << human_bytes(bytes) << ")\n";
       return 0;
     }
     if (options.action == "prune") return run_prune(store, options.keep_last);

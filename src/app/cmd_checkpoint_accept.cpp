@@ -47,7 +47,8 @@ std::optional<json> metrics_at(const std::string& path, std::int64_t step) {
   return json::parse(*line);
 }
 
-Check success_check(const std::string& store_dir, std::int64_t version, const std::map<std::string, std::int64_t>& tags) {
+Check success_check(const std::string& store_dir, std::int64_t version,
+                    const std::map<std::string, std::int64_t>& tags) {
   Check c{"held-out success", "", "", false};
   const std::optional<learner::EvaluationRecord> candidate = learner::read_evaluation(store_dir, version);
   std::optional<learner::EvaluationRecord> reference;
@@ -101,8 +102,7 @@ Check latency_check(const json& line, double limit_s) {
 Check mismatch_check(const json& line) {
   double refused = 0;
   const json ranks = line.value("ranks", json::array());
-  for (const json& rank : ranks)
-    refused += rank.value("counters", json::object()).value("sync.refused_versions", 0.0);
+  for (const json& rank : ranks) refused += rank.value("counters", json::object()).value("sync.refused_versions", 0.0);
   return {"weight-version mismatches", fmt::format("{:.0f} publications refused", refused), "none", refused == 0};
 }
 
@@ -115,8 +115,7 @@ Check imbalance_check(const json& line, double limit) {
     if (rank.value("role", "") != "learner") continue;
     const json gauges = rank.value("gauges", json::object());
     for (const auto& [name, value] : gauges.items())
-      if (starts_with(name, "moe.layer.") && ends_with(name, ".imbalance") &&
-          value.get<double>() > worst) {
+      if (starts_with(name, "moe.layer.") && ends_with(name, ".imbalance") && value.get<double>() > worst) {
         worst = value.get<double>();
         where = name.substr(10, name.size() - 20);
       }
@@ -146,8 +145,8 @@ void print_table(const std::vector<Check>& checks) {
 
 int run_accept(const CheckpointOptions& options) {
   const std::string run_dir = options.dir;
-  const std::string store_dir = options.checkpoints.empty() ? (fs::path(run_dir) / "checkpoints").string()
-                                                            : options.checkpoints;
+  const std::string store_dir =
+      options.checkpoints.empty() ? (fs::path(run_dir) / "checkpoints").string() : options.checkpoints;
   const std::string metrics_path = (fs::path(run_dir) / "metrics.jsonl").string();
   std::error_code ec;
   if (!fs::is_directory(store_dir, ec) || !fs::is_regular_file(metrics_path, ec)) {
@@ -174,7 +173,8 @@ int run_accept(const CheckpointOptions& options) {
   checks.push_back(success_check(store_dir, version, tags));
   const std::optional<json> line = metrics_at(metrics_path, step < 0 ? version : step);
   if (!line) {
-    checks.push_back({"run metrics", "no line of metrics.jsonl at or before step " + std::to_string(step), "present", false});
+    checks.push_back(
+        {"run metrics", "no line of metrics.jsonl at or before step " + std::to_string(step), "present", false});
   } else {
     checks.push_back(latency_check(*line, options.max_env_p99_s));
     checks.push_back(mismatch_check(*line));
@@ -191,7 +191,8 @@ int run_accept(const CheckpointOptions& options) {
   }
   store.tag(version, "stable");
   std::cout << "accepted: " << label << " is tagged stable"
-            << (tags.count("stable") ? " (was " + CheckpointStore::version_label(tags.at("stable")) + ")" : std::string())
+            << (tags.count("stable") ? " (was " + CheckpointStore::version_label(tags.at("stable")) + ")"
+                                     : std::string())
             << "\n";
   return 0;
 }

@@ -35,9 +35,8 @@ int run_export_hf(const CheckpointStore& store, const CheckpointOptions& options
   const storage::CheckpointReader reader = store.open_shard(version, 0);  // learner 0 writes the policy
   // The run's resolved configuration decides the architecture (and, for an
   // hf: source, where the tokenizer files are).
-  const config::Config config =
-      setup::load_config_text(reader.string_attribute(storage::attribute_key::kConfigToml),
-                               store.directory() + "/" + label + " (config_toml)");
+  const config::Config config = setup::load_config_text(reader.string_attribute(storage::attribute_key::kConfigToml),
+                                                        store.directory() + "/" + label + " (config_toml)");
   const std::vector<hf::ParameterShape> shapes = hf::policy_parameter_shapes(config.model, config.moe);
   std::vector<storage::ArraySpec> expected;
   for (const auto& s : shapes) expected.push_back({kModelPrefix + s.name, storage::DType::Float32, s.shape});
@@ -90,8 +89,9 @@ int run_import_hf(CheckpointStore& store, const CheckpointOptions& options) {
 
 void add_hf_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& options) {
   auto* exported = checkpoint_cmd.add_subcommand(
-      "export-hf", "Write one version's policy as a Hugging Face model directory (config.json, sharded "
-                   "safetensors + index, the hf: source's tokenizer files)");
+      "export-hf",
+      "Write one version's policy as a Hugging Face model directory (config.json, sharded "
+      "safetensors + index, the hf: source's tokenizer files)");
   exported->add_option("dir", options.dir, "Checkpoint directory (RUN_DIR/checkpoints)")->required();
   exported->add_option("version", options.version, "Version or tag")->required();
   exported->add_option("out", options.out_path, "Output directory")->required();

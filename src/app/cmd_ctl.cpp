@@ -87,9 +87,10 @@ int run_ctl_release_env(const CtlOptions& options) {
     return kUsageError;
   }
   if (worker->host != runtime::machine_hostname()) {
-    std::fprintf(stderr, "moerl ctl: %s runs on another host than this one (%s): run moerl ctl there, or send "
-                 "SIGTERM to pid %d on %s\n", who.c_str(), runtime::machine_hostname().c_str(), static_cast<int>(worker->pid),
-                 worker->host.c_str());
+    std::fprintf(stderr,
+                 "moerl ctl: %s runs on another host than this one (%s): run moerl ctl there, or send "
+                 "SIGTERM to pid %d on %s\n",
+                 who.c_str(), runtime::machine_hostname().c_str(), static_cast<int>(worker->pid), worker->host.c_str());
     return kUsageError;
   }
   if (!running(worker->pid) || !is_moerl(worker->pid)) {
@@ -110,8 +111,10 @@ int run_ctl_release_env(const CtlOptions& options) {
   // Whether the job went on without it: learner 0 still runs (when it runs here).
   const std::optional<RankRecord> learner0 = read_rank_record(options.run_dir, 0);
   if (learner0 && learner0->host == runtime::machine_hostname() && !running(learner0->pid)) {
-    std::fprintf(stderr, "moerl ctl: %s left, and the job ended too: it was not released (the last env worker, "
-                 "or an MPI without fault tolerance; see the job's log)\n", who.c_str());
+    std::fprintf(stderr,
+                 "moerl ctl: %s left, and the job ended too: it was not released (the last env worker, "
+                 "or an MPI without fault tolerance; see the job's log)\n",
+                 who.c_str());
     return 1;
   }
   std::printf("moerl ctl: %s released; the job goes on, its sessions moved to the other env workers\n", who.c_str());

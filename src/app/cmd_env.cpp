@@ -43,8 +43,8 @@ int run_env_play(const EnvPlayOptions& options) {
       total += result.reward;
       std::cout << result.observation << "   [reward " << result.reward << "]\n";
     }
-    std::cout << "episode over after " << session->turns_taken() << " turns: "
-              << (session->succeeded() ? "success" : "no success") << ", total reward " << total << "\n";
+    std::cout << "episode over after " << session->turns_taken()
+              << " turns: " << (session->succeeded() ? "success" : "no success") << ", total reward " << total << "\n";
     return session->succeeded() ? 0 : 1;
   } catch (const config::ConfigError& error) {
     std::cerr << error.what() << "\n";

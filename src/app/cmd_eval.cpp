@@ -41,7 +41,7 @@ namespace fs = std::filesystem;
 struct TextCodec {
   std::string name;
   std::optional<text::BpeTokenizer> bpe;
-  bool chat_layout = false;  // the built-in model: wrap the prompt as a user turn
+  bool chat_layout = false;        // the built-in model: wrap the prompt as a user turn
   std::vector<std::int64_t> stop;  // ids that end the continuation
 
   std::vector<std::int64_t> encode(const std::string& text) const {
@@ -112,9 +112,10 @@ std::vector<std::int64_t> generate(model::PolicyImpl& policy, const std::vector<
     if (static_cast<std::int64_t>(prompt.size() + out.size()) >= policy.model_config().max_seq_len) break;
     const auto result = policy.forward_cached(tokens, torch::tensor({tokens.size(1)}, torch::kLong), cache, {sequence});
     const torch::Tensor logits = result.next_token_logits()[0].to(torch::kDouble);
-    const std::int64_t next = options.temperature > 0
-                                  ? torch::multinomial(torch::softmax(logits / options.temperature, -1), 1).item<std::int64_t>()
-                                  : logits.argmax().item<std::int64_t>();
+    const std::int64_t next =
+        options.temperature > 0
+            ? torch::multinomial(torch::softmax(logits / options.temperature, -1), 1).item<std::int64_t>()
+            : logits.argmax().item<std::int64_t>();
     out.push_back(next);
     if (!options.ignore_eos && std::find(stop.begin(), stop.end(), next) != stop.end()) break;
     tokens = torch::tensor({{next}}, torch::kLong);
@@ -161,17 +162,19 @@ int run_eval(const EvalOptions& options) {
     }
     policy->eval();
 
-    const std::vector<std::int64_t> prompt = options.tokens.empty() ? codec.encode(options.prompt) : parse_ids(options.tokens);
+    const std::vector<std::int64_t> prompt =
+        options.tokens.empty() ? codec.encode(options.prompt) : parse_ids(options.tokens);
     if (prompt.empty()) throw Error("the prompt is empty: give --prompt TEXT or --tokens ID,ID,...");
-    std::printf("tokenizer: %s\nprompt: %zu tokens [%s]\n", codec.name.c_str(), prompt.size(), join_ids(prompt).c_str());
+    std::printf("tokenizer: %s\nprompt: %zu tokens [%s]\n", codec.name.c_str(), prompt.size(),
+                join_ids(prompt).c_str());
     const double nll = prompt_nll(*policy, prompt);
     if (std::isfinite(nll)) std::printf("prompt NLL: %.4f nats/token (perplexity %.2f)\n", nll, std::exp(nll));
     const auto start = std::chrono::steady_clock::now();
     const std::vector<std::int64_t> continuation = generate(*policy, prompt, options, codec.stop);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::printf("continuation (%s, %zu tokens, %.1f tokens/s): [%s]\n",
-                options.temperature > 0 ? "sampled" : "greedy", continuation.size(),
-                static_cast<double>(continuation.size()) / seconds, join_ids(continuation).c_str());
+    std::printf("continuation (%s, %zu tokens, %.1f tokens/s): [%s]\n", options.temperature > 0 ? "sampled" : "greedy",
+                continuation.size(), static_cast<double>(continuation.size()) / seconds,
+                join_ids(continuation).c_str());
     std::printf("%s\n", codec.decode(continuation).c_str());
     return 0;
   } catch (const config::ConfigError& error) {

@@ -24,7 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kNotARun = 2;         // also the script's status for it
+constexpr int kNotARun = 2;            // also the script's status for it
 constexpr int kMissingMatplotlib = 3;  // the script's status
 constexpr int kNoInterpreter = 127;
 
@@ -59,13 +59,16 @@ int run_report(const ReportOptions& options) {
   const std::string& run_dir = options.run_dir;
   std::error_code error;
   if (!fs::is_directory(run_dir, error)) {
-    std::fprintf(stderr, "moerl report: %s: no such directory (expected a run directory, <run.output_dir>/<run.name>)\n",
+    std::fprintf(stderr,
+                 "moerl report: %s: no such directory (expected a run directory, <run.output_dir>/<run.name>)\n",
                  run_dir.c_str());
     return kNotARun;
   }
   if (!fs::is_regular_file(fs::path(run_dir) / "metrics.jsonl", error)) {
-    std::fprintf(stderr, "moerl report: %s is not a run directory: it has no metrics.jsonl (a job writes it from "
-                 "its first learner step)\n", run_dir.c_str());
+    std::fprintf(stderr,
+                 "moerl report: %s is not a run directory: it has no metrics.jsonl (a job writes it from "
+                 "its first learner step)\n",
+                 run_dir.c_str());
     return kNotARun;
   }
   const std::string script = std::string(MOERL_SOURCE_DIR) + "/scripts/report.py";
@@ -83,8 +86,10 @@ int run_report(const ReportOptions& options) {
   const int status = run_child(argv);
   if (status == 0) return 0;
   if (status == kMissingMatplotlib) {
-    std::fprintf(stderr, "moerl report: no report of %s: matplotlib is not installed for %s (Debian: apt-get install "
-                 "python3-matplotlib; scripts/setup.sh installs it)\n", run_dir.c_str(), python.c_str());
+    std::fprintf(stderr,
+                 "moerl report: no report of %s: matplotlib is not installed for %s (Debian: apt-get install "
+                 "python3-matplotlib; scripts/setup.sh installs it)\n",
+                 run_dir.c_str(), python.c_str());
     return kMissingMatplotlib;
   }
   if (status == kNoInterpreter) {

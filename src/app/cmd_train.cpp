@@ -172,8 +172,8 @@ int finish_job(const runtime::World& world, runtime::Mailbox& mailbox, runtime::
   // MPI_Finalize hangs unless MPI has seen every fenced rank die (fault_tolerance.h).
   if (!runtime::wait_until_known_failed(world.world_comm(), std::vector<int>(gone.begin(), gone.end()),
                                         shutdown_timeout_s)) {
-    spdlog::error("{}: MPI did not see the lost rank(s) die within {}; ending without MPI_Finalize",
-                  world.role_label(), within(shutdown_timeout_s));
+    spdlog::error("{}: MPI did not see the lost rank(s) die within {}; ending without MPI_Finalize", world.role_label(),
+                  within(shutdown_timeout_s));
     runtime::flush_logs();
     runtime::end_this_rank(status);
   }
@@ -197,16 +197,17 @@ int run_roles(const config::Config& config, const TrainOptions& options, const r
   const int restart = runtime::launcher_restarts();
   if (!options.dry_run) runtime::write_rank_record(config.run_directory(), world, restart);
   using Mode = runtime::HeartbeatThread::Mode;
-  const Mode mode = options.dry_run ? Mode::ModeQuiet : world.is_coordinator() ? Mode::ModeCoordinator : Mode::ModeMember;
-  runtime::HeartbeatThread heartbeat(mailbox, world.layout(), identity(world),
-                                     {config.cluster.heartbeat_interval_s, config.cluster.heartbeat_timeout_s, mode,
-                                      options.dry_run ? std::vector<config::FaultAction>{}
-                                                      : faults_of_this_attempt(config, restart)});
+  const Mode mode = options.dry_run          ? Mode::ModeQuiet
+                    : world.is_coordinator() ? Mode::ModeCoordinator
+                                             : Mode::ModeMember;
+  runtime::HeartbeatThread heartbeat(
+      mailbox, world.layout(), identity(world),
+      {config.cluster.heartbeat_interval_s, config.cluster.heartbeat_timeout_s, mode,
+       options.dry_run ? std::vector<config::FaultAction>{} : faults_of_this_attempt(config, restart)});
 
   if (!options.dry_run) {
     runtime::StopCoordinator stop(mailbox);
-    const int status =
-        run_role(config, world, mailbox, stop, options.init_path, options.resume, &heartbeat);
+    const int status = run_role(config, world, mailbox, stop, options.init_path, options.resume, &heartbeat);
     heartbeat.stop_watching();
     return finish_job(world, mailbox, heartbeat, config.cluster.shutdown_timeout_s, status);
   }
@@ -221,8 +222,7 @@ int run_train(const TrainOptions& options) {
   runtime::MpiSession mpi(nullptr, nullptr);
   runtime::install_stop_signal_handlers();
   runtime::init_logging({config::LogLevel::Info, mpi.world_rank(), "", ""});
-  const std::optional<config::Config> config =
-      load_agreed_config(options, mpi.world_rank(), mpi.world_size());
+  const std::optional<config::Config> config = load_agreed_config(options, mpi.world_rank(), mpi.world_size());
   if (!config) return config::kConfigErrorExitStatus;
   std::string role_label;
   try {

@@ -13,8 +13,8 @@ struct TrainOptions {
   std::vector<std::string> overrides;  // --set section.key=value
   std::string log_level;               // --log-level, shortcut for telemetry.log_level
   bool dry_run = false;
-  std::string init_path;               // --init: starting weights
-  std::string resume;                  // --resume auto|PATH
+  std::string init_path;  // --init: starting weights
+  std::string resume;     // --resume auto|PATH
 };
 
 struct PretrainOptions {
@@ -27,8 +27,8 @@ struct ConfigOptions {
   std::string action;  // check | show | reference
   std::string config_path;
   std::vector<std::string> overrides;
-  int ranks = 0;       // check: also check [cluster] against this world size
-  std::string key;     // get: section.key
+  int ranks = 0;    // check: also check [cluster] against this world size
+  std::string key;  // get: section.key
 };
 
 struct BenchOptionsCli {
@@ -43,7 +43,7 @@ struct BenchOptionsCli {
 struct EnvPlayOptions {
   std::string family = "maze";
   std::uint64_t seed = 1;
-  int difficulty = 0;       // 0 = from the config ([env] difficulty)
+  int difficulty = 0;  // 0 = from the config ([env] difficulty)
   bool shaped = false;
   bool expert = false;      // let the scripted expert play
   double error_rate = 0.0;  // the expert's error rate
@@ -54,18 +54,18 @@ struct EnvPlayOptions {
 struct EvalOptions {
   std::string config_path;
   std::vector<std::string> overrides;
-  std::string prompt;              // --prompt TEXT
-  std::string tokens;              // --tokens ID,ID,...: token ids instead of text
+  std::string prompt;  // --prompt TEXT
+  std::string tokens;  // --tokens ID,ID,...: token ids instead of text
   std::int64_t max_new_tokens = 32;
-  double temperature = 0.0;        // 0 = greedy
-  bool ignore_eos = false;         // keep generating past the end-of-sequence token
-  std::string init_path;           // --init: weights of the built-in model (moerl pretrain's output)
+  double temperature = 0.0;  // 0 = greedy
+  bool ignore_eos = false;   // keep generating past the end-of-sequence token
+  std::string init_path;     // --init: weights of the built-in model (moerl pretrain's output)
   std::uint64_t seed = 1;
   int threads = 0;
 };
 
 struct CtlOptions {
-  std::string run_dir;    // the job's run directory (its ranks/ records)
+  std::string run_dir;  // the job's run directory (its ranks/ records)
   int rank = -1;
   double timeout_s = 60;  // how long to wait for the rank to leave
 };

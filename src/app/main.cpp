@@ -36,10 +36,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", moerl::app::version_text());
   // For scripts/launch.sh: the launcher of the MPI this binary links (hidden).
-  app.add_flag_callback("--mpiexec", [] {
-       std::printf("%s\n", moerl::app::mpiexec_path().c_str());
-       throw CLI::Success();
-     })
+  app.add_flag_callback("--mpiexec",
+                        [] {
+                          std::printf("%s\n", moerl::app::mpiexec_path().c_str());
+                          throw CLI::Success();
+                        })
       ->group("");
 
   // Config paths are checked by config::load_config_file, not by CLI11's
@@ -47,18 +48,19 @@ int main(int argc, char** argv) {
   // configuration error (status 2, agreed across ranks under mpirun) instead
   // of CLI11's exit code 105.
   moerl::app::TrainOptions train;
-  auto* train_cmd = app.add_subcommand(
-      "train",
-      "Launch a job under mpirun/srun: every rank takes its role from [cluster] (learners, actors, "
-      "env workers) and RL post-training runs; --dry-run only checks the launch.");
+  auto* train_cmd =
+      app.add_subcommand("train",
+                         "Launch a job under mpirun/srun: every rank takes its role from [cluster] (learners, actors, "
+                         "env workers) and RL post-training runs; --dry-run only checks the launch.");
   train_cmd->add_option("-c,--config", train.config_path, "TOML run configuration")->required();
   train_cmd->add_option("--set", train.overrides, "Override a key: --set section.key=value (repeatable)");
   train_cmd->add_option("--log-level", train.log_level, "trace|debug|info|warn|error (telemetry.log_level)");
   train_cmd->add_flag("--dry-run", train.dry_run,
                       "Assign roles, exchange a round of messages between all ranks, print the plan, exit 0");
   train_cmd->add_option("--init", train.init_path, "Start from these policy weights (moerl pretrain's output)");
-  train_cmd->add_option("--resume", train.resume,
-                        "Continue from a checkpoint: auto (newest valid in [checkpoint] directory) or DIR[:VERSION|TAG]");
+  train_cmd->add_option(
+      "--resume", train.resume,
+      "Continue from a checkpoint: auto (newest valid in [checkpoint] directory) or DIR[:VERSION|TAG]");
 
   moerl::app::ConfigOptions config;
   auto* config_cmd = app.add_subcommand("config", "Check, show or document run configurations");
@@ -99,7 +101,8 @@ int main(int argc, char** argv) {
   play_cmd->add_option("-c,--config", play.config_path, "Run config (for [env] defaults and [env.external])");
   play_cmd->add_option("--set", play.overrides, "Override a config key");
   moerl::app::BenchOptionsCli env_bench;
-  auto* env_bench_cmd = env_cmd->add_subcommand("bench", "Env steps/s per family with many sessions on one worker (= moerl bench env)");
+  auto* env_bench_cmd =
+      env_cmd->add_subcommand("bench", "Env steps/s per family with many sessions on one worker (= moerl bench env)");
   env_bench_cmd->add_option("--out", env_bench.out_path, "Write the result as JSON to this file");
   env_bench_cmd->add_flag("--quick", env_bench.quick, "Fewer sessions and steps");
 

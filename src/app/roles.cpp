@@ -101,9 +101,10 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       }
       comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
       std::unique_ptr<comm::MpiCommunicator> sync_comm;
-      if (world.is_coordinator()) sync_comm = std::make_unique<comm::MpiCommunicator>(world.sync_comm(), "weight-sync group");
+      if (world.is_coordinator())
+        sync_comm = std::make_unique<comm::MpiCommunicator>(world.sync_comm(), "weight-sync group");
       learner::Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume,
-                      world.is_coordinator() ? heartbeat : nullptr);
+                               world.is_coordinator() ? heartbeat : nullptr);
       learner.run(stop);
       if (world.is_coordinator()) {
         stop.request_stop("training complete");

@@ -15,8 +15,7 @@ std::vector<BenchEntry>& entries() {
 }  // namespace
 
 bool register_benchmark(BenchEntry entry) {
-  MOERL_CHECK(find_benchmark(entry.name) == nullptr,
-              "benchmark '" + entry.name + "' registered twice");
+  MOERL_CHECK(find_benchmark(entry.name) == nullptr, "benchmark '" + entry.name + "' registered twice");
   entries().push_back(std::move(entry));
   return true;
 }

@@ -126,8 +126,7 @@ std::string BenchReport::to_table() const {
     } else {
       ratio << "-";
     }
-    rows.push_back({c.name, params.str(), metrics_text(c.metrics), metrics_text(c.baseline),
-                    ratio.str()});
+    rows.push_back({c.name, params.str(), metrics_text(c.metrics), metrics_text(c.baseline), ratio.str()});
   }
   std::vector<size_t> widths(rows.front().size(), 0);
   for (const auto& row : rows)

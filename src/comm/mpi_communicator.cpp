@@ -22,7 +22,8 @@ MPI_Datatype mpi_type(DataType type) {
 void check_call(int code, const char* call, const std::string& group) {
   if (code == MPI_SUCCESS) return;
   if (runtime::is_process_failure(code))
-    throw PeerFailure(std::string(call) + " in " + group + ": a member of the group died (MPI reports a process failure)");
+    throw PeerFailure(std::string(call) + " in " + group +
+                      ": a member of the group died (MPI reports a process failure)");
   MOERL_MPI_CHECK(code);
 }
 
@@ -87,9 +88,8 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::broadcast_async(void* data, size_t count, DataType type, int root) {
-  auto request = std::make_unique<MpiRequest>("MPI broadcast of " + std::to_string(count) + " " +
-                                              data_type_name(type) + " from rank " + std::to_string(root) +
-                                              " in " + name_);
+  auto request = std::make_unique<MpiRequest>("MPI broadcast of " + std::to_string(count) + " " + data_type_name(type) +
+                                              " from rank " + std::to_string(root) + " in " + name_);
   check_call(MPI_Ibcast(data, checked_count(count, "broadcast"), mpi_type(type), root, comm_, request->handle()),
              "MPI_Ibcast", name_);
   return request;
@@ -107,11 +107,12 @@ std::unique_ptr<CommRequest> MpiCommunicator::allreduce_sum_async(void* data, si
 std::unique_ptr<CommRequest> MpiCommunicator::alltoallv_async(const void* send, const std::vector<size_t>& send_counts,
                                                               const std::vector<size_t>& send_displs, void* receive,
                                                               const std::vector<size_t>& receive_counts,
-                                                              const std::vector<size_t>& receive_displs, DataType type) {
+                                                              const std::vector<size_t>& receive_displs,
+                                                              DataType type) {
   const size_t n = static_cast<size_t>(size_);
-  MOERL_CHECK(send_counts.size() == n && send_displs.size() == n && receive_counts.size() == n &&
-                  receive_displs.size() == n,
-              "all-to-all-v needs one count and displacement per rank (" + std::to_string(n) + ")");
+  MOERL_CHECK(
+      send_counts.size() == n && send_displs.size() == n && receive_counts.size() == n && receive_displs.size() == n,
+      "all-to-all-v needs one count and displacement per rank (" + std::to_string(n) + ")");
   auto to_int = [](const std::vector<size_t>& values) {
     std::vector<int> out;
     for (size_t v : values) out.push_back(checked_count(v, "all-to-all-v"));
@@ -122,8 +123,8 @@ std::unique_ptr<CommRequest> MpiCommunicator::alltoallv_async(const void* send, 
     using MpiRequest::MpiRequest;
     std::vector<int> sc, sd, rc, rd;
   };
-  auto request = std::make_unique<AlltoallvRequest>("MPI all-to-all-v of " + std::string(data_type_name(type)) +
-                                                    " in " + name_);
+  auto request =
+      std::make_unique<AlltoallvRequest>("MPI all-to-all-v of " + std::string(data_type_name(type)) + " in " + name_);
   request->sc = to_int(send_counts);
   request->sd = to_int(send_displs);
   request->rc = to_int(receive_counts);
@@ -146,7 +147,8 @@ void MpiCommunicator::interrupt() {
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::survivors() {
-  if (!runtime::fault_tolerant_mpi()) throw Error(name_ + ": going on without a lost member needs a fault-tolerant MPI");
+  if (!runtime::fault_tolerant_mpi())
+    throw Error(name_ + ": going on without a lost member needs a fault-tolerant MPI");
   // Every member must stop using the old group: revoking it again is harmless.
   runtime::revoke(comm_);
   return adopt(runtime::shrink(comm_), name_);

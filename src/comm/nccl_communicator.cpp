@@ -37,7 +37,8 @@ class NcclRequest : public CommRequest {
   bool test() override {
     const cudaError_t status = cudaEventQuery(event_);
     if (status == cudaSuccess) return true;
-    if (status != cudaErrorNotReady) throw_backend_failure(__FILE__, __LINE__, "CUDA", "cudaEventQuery", cudaGetErrorString(status));
+    if (status != cudaErrorNotReady)
+      throw_backend_failure(__FILE__, __LINE__, "CUDA", "cudaEventQuery", cudaGetErrorString(status));
     ncclResult_t async_error = ncclSuccess;
     MOERL_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async_error));
     check_async_nccl(async_error, what_);

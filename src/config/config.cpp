@@ -37,8 +37,7 @@ namespace {
 
 std::string join_issues(const std::vector<ConfigIssue>& issues) {
   std::ostringstream out;
-  out << "invalid configuration (" << issues.size() << (issues.size() == 1 ? " error" : " errors")
-      << "):";
+  out << "invalid configuration (" << issues.size() << (issues.size() == 1 ? " error" : " errors") << "):";
   for (const ConfigIssue& issue : issues) out << "\n  " << issue.text();
   return out.str();
 }
@@ -60,8 +59,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-ConfigError::ConfigError(std::vector<ConfigIssue> issues)
-    : Error(join_issues(issues)), issues_(std::move(issues)) {}
+ConfigError::ConfigError(std::vector<ConfigIssue> issues) : Error(join_issues(issues)), issues_(std::move(issues)) {}
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
@@ -121,15 +119,14 @@ class Loader {
   }
 
   void add_parse_error(const toml::parse_error& error) {
-    issues_.push_back({config_.source_path, static_cast<int>(error.source().begin.line), "toml",
-                       std::string(error.description())});
+    issues_.push_back(
+        {config_.source_path, static_cast<int>(error.source().begin.line), "toml", std::string(error.description())});
     throw ConfigError(issues_);
   }
 
  private:
   KeyOrigin origin_of(const std::string& key, const toml::node& node) const {
-    if (const auto it = override_origin_.find(key); it != override_origin_.end())
-      return {it->second, 0};
+    if (const auto it = override_origin_.find(key); it != override_origin_.end()) return {it->second, 0};
     return {config_.source_path, static_cast<int>(node.source().begin.line)};
   }
 
@@ -213,16 +210,14 @@ class Loader {
     }
   }
 
-  void read_field(const SectionSpec& spec, void* section, const std::string& key,
-                  const toml::node& value) {
+  void read_field(const SectionSpec& spec, void* section, const std::string& key, const toml::node& value) {
     const std::string full_key = spec.name + "." + key;
     const FieldSpec* field = spec.find(key);
     if (field == nullptr) {
       std::vector<std::string> keys = subsection_names(spec.name);
       for (const FieldSpec& f : spec.fields) keys.push_back(f.key);
       std::string message = "unknown key";
-      if (std::string near = closest_match(key, keys); !near.empty())
-        message += "; did you mean '" + near + "'?";
+      if (std::string near = closest_match(key, keys); !near.empty()) message += "; did you mean '" + near + "'?";
       report(full_key, value, message);
       return;
     }
@@ -261,14 +256,13 @@ class Loader {
     const MoeSection& e = config_.moe;
     if (m.num_heads > 0 && m.num_kv_heads > 0) {
       require(m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads",
-              "must divide num_heads (" + std::to_string(m.num_heads) + "), got " +
-                  std::to_string(m.num_kv_heads));
+              "must divide num_heads (" + std::to_string(m.num_heads) + "), got " + std::to_string(m.num_kv_heads));
       require(m.head_dim % 2 == 0, "model.head_dim", "must be even for rotary embeddings");
     }
     if (m.num_heads > 0 && m.num_kv_heads > 0 && m.head_dim == 0) {
-      require(m.d_model % m.num_heads == 0, "model.d_model",
-              "must be a multiple of num_heads (" + std::to_string(m.num_heads) + "), got " +
-                  std::to_string(m.d_model));
+      require(
+          m.d_model % m.num_heads == 0, "model.d_model",
+          "must be a multiple of num_heads (" + std::to_string(m.num_heads) + "), got " + std::to_string(m.d_model));
       if (m.d_model % m.num_heads == 0)
         require((m.d_model / m.num_heads) % 2 == 0, "model.d_model",
                 "d_model / num_heads (the head size) must be even for rotary embeddings");
@@ -299,8 +293,8 @@ class Loader {
     for (const std::string& entry : config_.faults.plan) {
       try {
         const FaultAction fault = parse_fault(entry);
-        const std::int64_t count = fault.role == "learner" ? config_.cluster.learners
-                                   : fault.role == "actor" ? config_.cluster.actors
+        const std::int64_t count = fault.role == "learner"      ? config_.cluster.learners
+                                   : fault.role == "actor"      ? config_.cluster.actors
                                    : fault.role == "env_worker" ? config_.cluster.env_workers
                                                                 : config_.cluster.standby_actors;
         require(fault.index < count, "faults.plan",
@@ -318,11 +312,9 @@ class Loader {
             "needs synchronous rollouts: set sync.asynchronous = false");
     if (e.enabled) {
       require(e.top_k <= e.num_experts, "moe.top_k",
-              "must be <= num_experts (" + std::to_string(e.num_experts) + "), got " +
-                  std::to_string(e.top_k));
+              "must be <= num_experts (" + std::to_string(e.num_experts) + "), got " + std::to_string(e.top_k));
       require(e.first_dense_layers < m.num_layers, "moe.first_dense_layers",
-              "leaves no MoE layer: must be < model.num_layers (" +
-                  std::to_string(m.num_layers) + ")");
+              "leaves no MoE layer: must be < model.num_layers (" + std::to_string(m.num_layers) + ")");
     }
     check_rollout_experts();
   }
@@ -415,14 +407,12 @@ void check_world_size(const Config& config, int world_size) {
   const std::int64_t wanted = c.learners + c.actors + c.env_workers + c.standby_actors;
   if (wanted == world_size) return;
   std::ostringstream message;
-  message << "learners + actors + env_workers + standby_actors = " << c.learners << " + "
-          << c.actors << " + " << c.env_workers << " + " << c.standby_actors << " = " << wanted
-          << " ranks, but the job has " << world_size << " (launch with mpirun -np " << wanted
-          << " or change [cluster])";
+  message << "learners + actors + env_workers + standby_actors = " << c.learners << " + " << c.actors << " + "
+          << c.env_workers << " + " << c.standby_actors << " = " << wanted << " ranks, but the job has " << world_size
+          << " (launch with mpirun -np " << wanted << " or change [cluster])";
   // Point at the first rank count the file sets, so the line is useful.
   std::string key = "cluster";
-  for (const char* k : {"cluster.learners", "cluster.actors", "cluster.env_workers",
-                        "cluster.standby_actors"})
+  for (const char* k : {"cluster.learners", "cluster.actors", "cluster.env_workers", "cluster.standby_actors"})
     if (config.origins.count(k)) {
       key = k;
       break;
@@ -473,15 +463,16 @@ std::string reference_markdown() {
       << "fits 64 bits and whose float32 weights fit this machine's physical memory (the error\n"
       << "names config.json and the keys).\n";
   for (const SectionSpec& section : all_sections()) {
-    out << "\n## [" << section.name << "]\n\n" << section.doc << "\n\n"
+    out << "\n## [" << section.name << "]\n\n"
+        << section.doc << "\n\n"
         << "| key | type | default | range | meaning |\n|---|---|---|---|---|\n";
     const void* values = section.locate_const(defaults);
     for (const FieldSpec& field : section.fields) {
       std::ostringstream range;
       if (field.minimum) range << (field.minimum_exclusive ? "> " : ">= ") << *field.minimum;
       if (field.maximum) range << (field.minimum ? ", " : "") << "<= " << *field.maximum;
-      out << "| `" << field.key << "` | " << field.type_name << " | `" << field.literal(values)
-          << "` | " << range.str() << " | " << field.doc << " |\n";
+      out << "| `" << field.key << "` | " << field.type_name << " | `" << field.literal(values) << "` | " << range.str()
+          << " | " << field.doc << " |\n";
     }
   }
   return out.str();

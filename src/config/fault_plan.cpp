@@ -79,16 +79,22 @@ FaultAction parse_fault(const std::string& text) {
     return action;
   }
   if (words.size() < 3) bad(text, "too short");
-  if (verb == "kill") action.kind = FaultKind::FaultKill;
-  else if (verb == "freeze") action.kind = FaultKind::FaultFreeze;
-  else if (verb == "exit") action.kind = FaultKind::FaultExit;
-  else if (verb == "slow") action.kind = FaultKind::FaultSlow;
-  else bad(text, "unknown fault '" + verb + "' (kill, freeze, exit, slow, corrupt)");
+  if (verb == "kill")
+    action.kind = FaultKind::FaultKill;
+  else if (verb == "freeze")
+    action.kind = FaultKind::FaultFreeze;
+  else if (verb == "exit")
+    action.kind = FaultKind::FaultExit;
+  else if (verb == "slow")
+    action.kind = FaultKind::FaultSlow;
+  else
+    bad(text, "unknown fault '" + verb + "' (kill, freeze, exit, slow, corrupt)");
   action.role = parse_role(text, words[1]);
   action.index = static_cast<int>(parse_number(text, words[2], "a role index"));
   size_t at = 3;
   if (action.kind == FaultKind::FaultSlow) {
-    if (words.size() < 6 || words[3] != "by" || words[5] != "ms") bad(text, "expected \"slow ROLE INDEX by MS ms ...\"");
+    if (words.size() < 6 || words[3] != "by" || words[5] != "ms")
+      bad(text, "expected \"slow ROLE INDEX by MS ms ...\"");
     action.slow_ms = parse_number(text, words[4], "milliseconds");
     at = 6;
   }

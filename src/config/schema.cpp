@@ -160,7 +160,9 @@ SectionSpec cluster_section() {
   SectionSpec spec{"cluster",
                    "Ranks per role. Layout: learners first, then actors, env workers, standby "
                    "actors; the sum must equal the MPI world size.",
-                   {}, {}, {}};
+                   {},
+                   {},
+                   {}};
   SectionBuilder<ClusterSection> b(spec, &Config::cluster);
   b.field("learners", &ClusterSection::learners, "Learner ranks (data parallel).").at_least(1);
   b.field("actors", &ClusterSection::actors, "Rollout actor ranks.").at_least(1);
@@ -221,20 +223,16 @@ SectionSpec model_section() {
   b.field("num_kv_heads", &ModelSection::num_kv_heads,
           "Key/value heads (grouped-query attention); must divide num_heads.")
       .at_least(1);
-  b.field("d_ff", &ModelSection::d_ff, "SwiGLU hidden size of dense feed-forward layers.")
-      .at_least(1);
+  b.field("d_ff", &ModelSection::d_ff, "SwiGLU hidden size of dense feed-forward layers.").at_least(1);
   b.field("max_seq_len", &ModelSection::max_seq_len, "Longest context in tokens.").at_least(2);
   b.field("rope_theta", &ModelSection::rope_theta, "Rotary embedding base.").greater_than(0);
   b.field("norm_eps", &ModelSection::norm_eps, "RMSNorm epsilon.").greater_than(0);
-  b.field("tie_embeddings", &ModelSection::tie_embeddings,
-          "Share the token embedding with the LM head.");
-  b.field("init_std", &ModelSection::init_std, "Standard deviation of the weight initialisation.")
-      .greater_than(0);
+  b.field("tie_embeddings", &ModelSection::tie_embeddings, "Share the token embedding with the LM head.");
+  b.field("init_std", &ModelSection::init_std, "Standard deviation of the weight initialisation.").greater_than(0);
   b.field("source", &ModelSection::source,
           "Where the model comes from: \"\" = the built-in model above; \"hf:DIR\" = a Hugging Face "
           "model directory (config.json sets the architecture keys, *.safetensors the weights).");
-  b.field("head_dim", &ModelSection::head_dim, "Size of one attention head; 0 = d_model / num_heads.")
-      .at_least(0);
+  b.field("head_dim", &ModelSection::head_dim, "Size of one attention head; 0 = d_model / num_heads.").at_least(0);
   b.choice("qk_norm", &ModelSection::qk_norm,
            {{"none", QkNorm::None}, {"head", QkNorm::PerHead}, {"full", QkNorm::Full}},
            "RMSNorm on queries and keys before rotary: per head (Qwen3-MoE) or over all heads (OLMoE).");
@@ -251,12 +249,16 @@ SectionSpec chat_section() {
                    "How multi-turn episodes become tokens: the chat layout (role markers, end-of-turn "
                    "token) and the tokenizer. The policy generates each action and its end-of-turn "
                    "token; everything else is context.",
-                   {}, {}, {}};
+                   {},
+                   {},
+                   {}};
   SectionBuilder<ChatSection> b(spec, &Config::chat);
   // No "|" in these texts: they are cells of the Markdown table of `moerl config reference`.
   b.choice("layout", &ChatSection::layout,
-           {{"auto", ChatLayoutPreset::Auto}, {"byte", ChatLayoutPreset::Byte},
-            {"chatml", ChatLayoutPreset::ChatMl}, {"llama3", ChatLayoutPreset::Llama3}},
+           {{"auto", ChatLayoutPreset::Auto},
+            {"byte", ChatLayoutPreset::Byte},
+            {"chatml", ChatLayoutPreset::ChatMl},
+            {"llama3", ChatLayoutPreset::Llama3}},
            "Layout preset: byte (the built-in byte tokenizer's role tokens and end-of-turn token), "
            "chatml (Qwen's im_start/im_end markers) or llama3 (start_header_id/end_header_id headers, "
            "eot_id); auto = byte for the built-in model, chatml for an hf: source.");
@@ -272,8 +274,7 @@ SectionSpec chat_section() {
           "The token that ends a message; the policy ends its turn with it, and it must be a single "
           "token of the tokenizer; empty = the preset's.");
   b.field("system_role", &ChatSection::system_role, "{role} of system messages; empty = the preset's.");
-  b.field("user_role", &ChatSection::user_role,
-          "{role} of user messages (the observations); empty = the preset's.");
+  b.field("user_role", &ChatSection::user_role, "{role} of user messages (the observations); empty = the preset's.");
   b.field("assistant_role", &ChatSection::assistant_role,
           "{role} of assistant messages (the policy's actions); empty = the preset's.");
   return spec;
@@ -284,31 +285,22 @@ SectionSpec moe_section() {
   SectionBuilder<MoeSection> b(spec, &Config::moe);
   b.field("enabled", &MoeSection::enabled, "Use MoE feed-forward layers (false: all dense).");
   b.field("num_experts", &MoeSection::num_experts, "Routed experts per MoE layer.").at_least(1);
-  b.field("top_k", &MoeSection::top_k, "Experts active per token; at most num_experts.")
-      .at_least(1);
+  b.field("top_k", &MoeSection::top_k, "Experts active per token; at most num_experts.").at_least(1);
   b.field("d_expert", &MoeSection::d_expert, "SwiGLU hidden size of one expert.").at_least(1);
-  b.field("shared_experts", &MoeSection::shared_experts,
-          "Always-active experts added to the routed ones.")
-      .at_least(0);
-  b.field("first_dense_layers", &MoeSection::first_dense_layers,
-          "Leading layers that stay dense.")
-      .at_least(0);
+  b.field("shared_experts", &MoeSection::shared_experts, "Always-active experts added to the routed ones.").at_least(0);
+  b.field("first_dense_layers", &MoeSection::first_dense_layers, "Leading layers that stay dense.").at_least(0);
   b.choice("router", &MoeSection::router,
-           {{"softmax_topk", RouterMode::SoftmaxThenTopK},
-            {"topk_softmax", RouterMode::TopKThenSoftmax}},
+           {{"softmax_topk", RouterMode::SoftmaxThenTopK}, {"topk_softmax", RouterMode::TopKThenSoftmax}},
            "Softmax over all experts then top-k, or top-k logits then softmax over them.");
   b.field("renormalize", &MoeSection::renormalize, "Gates over the chosen k sum to 1.");
-  b.field("aux_loss_weight", &MoeSection::aux_loss_weight,
-          "Weight of the Switch/GShard load-balancing loss.")
+  b.field("aux_loss_weight", &MoeSection::aux_loss_weight, "Weight of the Switch/GShard load-balancing loss.")
       .at_least(0);
-  b.field("z_loss_weight", &MoeSection::z_loss_weight, "Weight of the router z-loss.")
-      .at_least(0);
+  b.field("z_loss_weight", &MoeSection::z_loss_weight, "Weight of the router z-loss.").at_least(0);
   b.field("capacity_factor", &MoeSection::capacity_factor,
           "0 = dropless; else each expert takes at most ceil(factor*tokens*k/experts) tokens and "
           "the rest are dropped (counted).")
       .at_least(0);
-  b.field("block_size", &MoeSection::block_size,
-          "Pad each expert's token segment to a multiple of this (GPU tiling).")
+  b.field("block_size", &MoeSection::block_size, "Pad each expert's token segment to a multiple of this (GPU tiling).")
       .between(1, 1024);
   b.field("d_shared_expert", &MoeSection::d_shared_expert,
           "Hidden size of the shared expert; 0 = shared_experts * d_expert.")
@@ -371,12 +363,13 @@ SectionSpec rollout_section() {
   b.field("max_tokens_per_episode", &RolloutSection::max_tokens_per_episode,
           "Context budget of one episode; what happens when a turn would not fit: context_policy.")
       .at_least(16);
-  b.choice("context_policy", &RolloutSection::context_policy,
-           {{"end_episode", ContextBudgetPolicy::EndEpisode}, {"drop_oldest_turns", ContextBudgetPolicy::DropOldestTurns}},
-           "When the next turn (its prompt and max_tokens_per_turn) would not fit max_tokens_per_episode: "
-           "end_episode ends the episode (flagged truncated); drop_oldest_turns keeps the task statement, "
-           "drops whole old turns until it fits, rebuilds the KV cache and goes on (the episode counts "
-           "dropped_turns; the learner scores each rebuilt context on its own).");
+  b.choice(
+      "context_policy", &RolloutSection::context_policy,
+      {{"end_episode", ContextBudgetPolicy::EndEpisode}, {"drop_oldest_turns", ContextBudgetPolicy::DropOldestTurns}},
+      "When the next turn (its prompt and max_tokens_per_turn) would not fit max_tokens_per_episode: "
+      "end_episode ends the episode (flagged truncated); drop_oldest_turns keeps the task statement, "
+      "drops whole old turns until it fits, rebuilds the KV cache and goes on (the episode counts "
+      "dropped_turns; the learner scores each rebuilt context on its own).");
   b.field("group_size", &RolloutSection::group_size, "Samples per task seed (GRPO group size G).").between(1, 1024);
   b.field("eval_episodes", &RolloutSection::eval_episodes,
           "Held-out episodes per family evaluated before and after training; 0 = none.")
@@ -399,16 +392,18 @@ SectionSpec algo_section() {
   SectionSpec spec{"algo", "The RL objective.", {}, {}, {}};
   SectionBuilder<AlgoSection> b(spec, &Config::algo);
   b.choice("advantage", &AlgoSection::advantage,
-           {{"grpo", AdvantageEstimator::Grpo}, {"dr_grpo", AdvantageEstimator::DrGrpo},
-            {"rloo", AdvantageEstimator::Rloo}, {"ppo", AdvantageEstimator::Ppo}},
+           {{"grpo", AdvantageEstimator::Grpo},
+            {"dr_grpo", AdvantageEstimator::DrGrpo},
+            {"rloo", AdvantageEstimator::Rloo},
+            {"ppo", AdvantageEstimator::Ppo}},
            "Advantage estimator: GRPO (group-normalised), Dr.GRPO (no std normalisation), RLOO, or PPO "
            "(a learned value head and GAE over turns; groups are then just batches).");
   b.field("gspo", &AlgoSection::gspo, "Sequence-level ratio and clipping (GSPO), recommended for MoE.");
   b.field("clip_low", &AlgoSection::clip_low, "Lower clip range: ratio >= 1 - clip_low.").between(0, 1);
-  b.field("clip_high", &AlgoSection::clip_high, "Upper clip range: ratio <= 1 + clip_high (clip-higher).")
-      .at_least(0);
+  b.field("clip_high", &AlgoSection::clip_high, "Upper clip range: ratio <= 1 + clip_high (clip-higher).").at_least(0);
   b.choice("normalization", &AlgoSection::normalization,
-           {{"token", LossNormalization::Token}, {"sequence", LossNormalization::Sequence},
+           {{"token", LossNormalization::Token},
+            {"sequence", LossNormalization::Sequence},
             {"constant", LossNormalization::Constant}},
            "Loss normalisation: over all tokens, per sequence, or by a constant (Dr.GRPO).");
   b.field("importance_cap", &AlgoSection::importance_cap,
@@ -436,8 +431,7 @@ SectionSpec algo_section() {
   b.field("gae_gamma", &AlgoSection::gae_gamma, "PPO: discount per environment turn in GAE.").between(0, 1);
   b.field("gae_lambda", &AlgoSection::gae_lambda, "PPO: GAE lambda (bias-variance trade-off).").between(0, 1);
   b.field("value_coef", &AlgoSection::value_coef, "PPO: weight of the value loss.").at_least(0);
-  b.field("value_clip", &AlgoSection::value_clip, "PPO: value clipping range (PPO2 style); 0 = unclipped.")
-      .at_least(0);
+  b.field("value_clip", &AlgoSection::value_clip, "PPO: value clipping range (PPO2 style); 0 = unclipped.").at_least(0);
   b.field("value_lr_scale", &AlgoSection::value_lr_scale,
           "PPO: the value head's learning rate is [optim] lr times this (it starts from scratch).")
       .greater_than(0);
@@ -500,7 +494,8 @@ SectionSpec checkpoint_section() {
 }
 
 SectionSpec eval_section() {
-  SectionSpec spec{"eval", "Held-out evaluation during training, acceptance of a version, automatic rollback.", {}, {}, {}};
+  SectionSpec spec{
+      "eval", "Held-out evaluation during training, acceptance of a version, automatic rollback.", {}, {}, {}};
   SectionBuilder<EvalSection> b(spec, &Config::eval);
   b.field("every_steps", &EvalSection::every_steps,
           "Evaluate the policy on the held-out seeds every N learner steps while training (a multiple of "
@@ -554,11 +549,9 @@ SectionSpec env_section() {
   b.field("max_retries", &EnvSection::max_retries,
           "Retries of a failed or timed-out step before the session ends with a recorded error.")
       .between(0, 100);
-  b.field("retry_backoff_s", &EnvSection::retry_backoff_s,
-          "Pause before the first retry; doubles with each retry.")
+  b.field("retry_backoff_s", &EnvSection::retry_backoff_s, "Pause before the first retry; doubles with each retry.")
       .at_least(0);
-  b.field("archive_dir", &EnvSection::archive_dir,
-          "Directory for session snapshots; empty = <run dir>/archive/env.");
+  b.field("archive_dir", &EnvSection::archive_dir, "Directory for session snapshots; empty = <run dir>/archive/env.");
   b.field("reward_min", &EnvSection::reward_min,
           "Smallest reward an environment may report; a lower or non-finite one fails the attempt "
           "(reason invalid_reward).");
@@ -605,12 +598,10 @@ SectionSpec env_family_section(const std::string& family) {
       [family](const Config& c) -> const EnvFamilySection& { return c.env_families.at(family); });
   b.field("difficulty", &EnvFamilySection::difficulty, "Difficulty; 0 = [env] difficulty.").between(0, 10);
   b.choice("shaping", &EnvFamilySection::shaping,
-           {{"inherit", ShapingChoice::Inherit}, {"sparse", ShapingChoice::Sparse},
-            {"shaped", ShapingChoice::Shaped}},
+           {{"inherit", ShapingChoice::Inherit}, {"sparse", ShapingChoice::Sparse}, {"shaped", ShapingChoice::Shaped}},
            "Reward shaping; inherit = [env] shaping.");
   b.field("max_turns", &EnvFamilySection::max_turns, "Step budget; 0 = [env] max_turns.").at_least(0);
-  b.field("weight", &EnvFamilySection::weight, "Relative share of new sessions from this family.")
-      .at_least(0);
+  b.field("weight", &EnvFamilySection::weight, "Relative share of new sessions from this family.").at_least(0);
   return spec;
 }
 
@@ -618,7 +609,9 @@ SectionSpec env_external_section() {
   SectionSpec spec{"env.external",
                    "The external family: a process speaking JSON lines on stdin/stdout "
                    "(docs/external_env.md).",
-                   {}, {}, {}};
+                   {},
+                   {},
+                   {}};
   SectionBuilder<ExternalEnvSection> b(spec, &Config::env_external);
   b.field("command", &ExternalEnvSection::command,
           "Shell command that starts one environment process (run with /bin/sh -c).");
@@ -629,31 +622,27 @@ SectionSpec env_external_section() {
 }
 
 SectionSpec faults_section() {
-  SectionSpec spec{"faults",
-                   "Deliberate failures for testing fault handling; off (-1) by default.", {}, {}, {}};
+  SectionSpec spec{"faults", "Deliberate failures for testing fault handling; off (-1) by default.", {}, {}, {}};
   SectionBuilder<FaultsSection> b(spec, &Config::faults);
-  b.field("fail_rank", &FaultsSection::fail_rank,
-          "This rank raises a fatal error once roles are assigned (-1: none).")
+  b.field("fail_rank", &FaultsSection::fail_rank, "This rank raises a fatal error once roles are assigned (-1: none).")
       .at_least(-1);
   b.field("hang_rank", &FaultsSection::hang_rank,
           "This rank stops answering messages, to exercise timeouts (-1: none).")
       .at_least(-1);
-  b.field("env_hang_rate", &FaultsSection::env_hang_rate,
-          "Probability that an environment step attempt hangs.")
+  b.field("env_hang_rate", &FaultsSection::env_hang_rate, "Probability that an environment step attempt hangs.")
       .between(0, 1);
   b.field("env_hang_s", &FaultsSection::env_hang_s, "How long an injected hang lasts.").greater_than(0);
-  b.field("env_crash_rate", &FaultsSection::env_crash_rate,
-          "Probability that an environment step attempt crashes.")
+  b.field("env_crash_rate", &FaultsSection::env_crash_rate, "Probability that an environment step attempt crashes.")
       .between(0, 1);
   b.field("env_fault_attempts", &FaultsSection::env_fault_attempts,
           "Faults hit only the first N attempts of a step (large = permanent failures).")
       .at_least(1);
-  b.field("env_fault_seed", &FaultsSection::env_fault_seed,
-          "Seed choosing which steps the faults hit.")
-      .at_least(0);
+  b.field("env_fault_seed", &FaultsSection::env_fault_seed, "Seed choosing which steps the faults hit.").at_least(0);
   b.choice("checkpoint_crash_point", &FaultsSection::checkpoint_crash_point,
-           {{"none", CheckpointCrashPoint::None}, {"after_arrays", CheckpointCrashPoint::AfterArrays},
-            {"before_rename", CheckpointCrashPoint::BeforeRename}, {"before_index", CheckpointCrashPoint::BeforeIndex},
+           {{"none", CheckpointCrashPoint::None},
+            {"after_arrays", CheckpointCrashPoint::AfterArrays},
+            {"before_rename", CheckpointCrashPoint::BeforeRename},
+            {"before_index", CheckpointCrashPoint::BeforeIndex},
             {"before_latest", CheckpointCrashPoint::BeforeLatest}},
            "Learner 0 _exit()s in the middle of a checkpoint save, at this point (crash tests).");
   b.field("checkpoint_crash_version", &FaultsSection::checkpoint_crash_version,
@@ -671,28 +660,27 @@ SectionSpec faults_section() {
 }  // namespace
 
 const std::vector<SectionSpec>& all_sections() {
-  static const std::vector<SectionSpec> sections = {
-      run_section(),
-      cluster_section(),
-      model_section(),
-      chat_section(),
-      moe_section(),
-      rollout_section(),
-      algo_section(),
-      optim_section(),
-      sync_section(),
-      checkpoint_section(),
-      eval_section(),
-      pretrain_section(),
-      env_section(),
-      env_family_section("arithmetic"),
-      env_family_section("maze"),
-      env_family_section("guess"),
-      env_family_section("sort"),
-      env_family_section("lookup"),
-      env_external_section(),
-      telemetry_section(),
-      faults_section()};
+  static const std::vector<SectionSpec> sections = {run_section(),
+                                                    cluster_section(),
+                                                    model_section(),
+                                                    chat_section(),
+                                                    moe_section(),
+                                                    rollout_section(),
+                                                    algo_section(),
+                                                    optim_section(),
+                                                    sync_section(),
+                                                    checkpoint_section(),
+                                                    eval_section(),
+                                                    pretrain_section(),
+                                                    env_section(),
+                                                    env_family_section("arithmetic"),
+                                                    env_family_section("maze"),
+                                                    env_family_section("guess"),
+                                                    env_family_section("sort"),
+                                                    env_family_section("lookup"),
+                                                    env_external_section(),
+                                                    telemetry_section(),
+                                                    faults_section()};
   return sections;
 }
 

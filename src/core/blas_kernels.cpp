@@ -76,14 +76,17 @@ int openblas_threads() {
 // OpenBLAS's x86-64 cores by the widest vector instructions their kernels use.
 std::optional<VectorLevel> core_level(const std::string& core) {
   static const std::vector<std::pair<const char*, VectorLevel>> kCores = {
-      {"prescott", VectorLevel::Sse},      {"core2", VectorLevel::Sse},        {"penryn", VectorLevel::Sse},
-      {"dunnington", VectorLevel::Sse},    {"nehalem", VectorLevel::Sse},      {"atom", VectorLevel::Sse},
-      {"nano", VectorLevel::Sse},          {"athlon", VectorLevel::Sse},       {"opteron", VectorLevel::Sse},
-      {"opteron_sse3", VectorLevel::Sse},  {"barcelona", VectorLevel::Sse},    {"bobcat", VectorLevel::Sse},
-      {"sandybridge", VectorLevel::Avx},   {"bulldozer", VectorLevel::Avx},    {"piledriver", VectorLevel::Avx},
-      {"steamroller", VectorLevel::Avx},   {"excavator", VectorLevel::Avx},    {"haswell", VectorLevel::Avx2},
-      {"zen", VectorLevel::Avx2},          {"skylakex", VectorLevel::Avx512},  {"cooperlake", VectorLevel::Avx512},
-      {"sapphirerapids", VectorLevel::Avx512}};
+      {"prescott", VectorLevel::Sse},      {"core2", VectorLevel::Sse},
+      {"penryn", VectorLevel::Sse},        {"dunnington", VectorLevel::Sse},
+      {"nehalem", VectorLevel::Sse},       {"atom", VectorLevel::Sse},
+      {"nano", VectorLevel::Sse},          {"athlon", VectorLevel::Sse},
+      {"opteron", VectorLevel::Sse},       {"opteron_sse3", VectorLevel::Sse},
+      {"barcelona", VectorLevel::Sse},     {"bobcat", VectorLevel::Sse},
+      {"sandybridge", VectorLevel::Avx},   {"bulldozer", VectorLevel::Avx},
+      {"piledriver", VectorLevel::Avx},    {"steamroller", VectorLevel::Avx},
+      {"excavator", VectorLevel::Avx},     {"haswell", VectorLevel::Avx2},
+      {"zen", VectorLevel::Avx2},          {"skylakex", VectorLevel::Avx512},
+      {"cooperlake", VectorLevel::Avx512}, {"sapphirerapids", VectorLevel::Avx512}};
   const std::string name = lower(core);
   for (const auto& [known, level] : kCores)
     if (name == known) return level;
@@ -112,8 +115,7 @@ std::string check_selected(const std::string& wanted) {
   if (lower(loaded) != lower(wanted))
     return "OpenBLAS loaded '" + loaded + "' when asked for '" + wanted + "' (a core this build lacks)";
   const std::optional<double> error = gemm_relative_error();
-  if (!env_or_empty(kFailCheck).empty())
-    return "the GEMM check failed (" + std::string(kFailCheck) + " is set)";
+  if (!env_or_empty(kFailCheck).empty()) return "the GEMM check failed (" + std::string(kFailCheck) + " is set)";
   if (error && !(*error <= gemm_tolerance())) {
     std::ostringstream why;
     why << "its sgemm is off by " << *error << " (relative) from a double-precision product";
@@ -191,8 +193,8 @@ std::optional<double> gemm_relative_error() {
     bool trans_a, trans_b;
   };
   // Odd sizes: edges of every register block, a row vector, k past one panel.
-  const Shape shapes[] = {{67, 45, 129, false, false}, {1, 257, 33, false, true}, {255, 3, 511, true, false},
-                          {130, 97, 1000, true, true}};
+  const Shape shapes[] = {
+      {67, 45, 129, false, false}, {1, 257, 33, false, true}, {255, 3, 511, true, false}, {130, 97, 1000, true, true}};
   std::uint32_t state = 12345;
   auto next = [&state] {
     state = state * 1664525u + 1013904223u;
@@ -206,8 +208,8 @@ std::optional<double> gemm_relative_error() {
     for (float& x : b) x = next();
     // A is m x k (stored k x m when transposed); B is k x n (n x k).
     const int lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
-    sgemm(kRowMajor, s.trans_a ? kTrans : kNoTrans, s.trans_b ? kTrans : kNoTrans, s.m, s.n, s.k, 1.0f, a.data(),
-          lda, b.data(), ldb, 0.0f, c.data(), s.n);
+    sgemm(kRowMajor, s.trans_a ? kTrans : kNoTrans, s.trans_b ? kTrans : kNoTrans, s.m, s.n, s.k, 1.0f, a.data(), lda,
+          b.data(), ldb, 0.0f, c.data(), s.n);
     for (int i = 0; i < s.m; ++i)
       for (int j = 0; j < s.n; ++j) {
         double exact = 0.0, scale = 0.0;
@@ -232,8 +234,8 @@ void select_kernels(char** argv) {
   if (!core_type.empty() && core_type == selected) {
     const std::string failure = check_selected(selected);
     if (failure.empty()) {
-      note(std::string("selected by moerl for ") + vector_level_name(detect_vector_level()) +
-           ", OpenBLAS chose " + openblas_choice);
+      note(std::string("selected by moerl for ") + vector_level_name(detect_vector_level()) + ", OpenBLAS chose " +
+           openblas_choice);
       return;
     }
     // Back to OpenBLAS's own choice, said in every process that inherits it.
@@ -251,8 +253,9 @@ void select_kernels(char** argv) {
     if (!fallback.empty()) {
       note("OpenBLAS's own choice", fallback);
     } else if (!loaded.empty() && lower(loaded) != lower(core_type)) {
-      note("OpenBLAS's own choice", "OPENBLAS_CORETYPE=" + core_type + " is not a core this OpenBLAS can load; it chose " +
-                                        loaded + " (see docs/performance.md)");
+      note("OpenBLAS's own choice", "OPENBLAS_CORETYPE=" + core_type +
+                                        " is not a core this OpenBLAS can load; it chose " + loaded +
+                                        " (see docs/performance.md)");
     } else {
       note("set by OPENBLAS_CORETYPE");
     }
@@ -291,7 +294,8 @@ std::string blas_summary() {
   const BlasInfo info = blas_info();
   if (info.core.empty()) return info.library;
   std::ostringstream text;
-  text << info.library << " (core " << info.core << ", " << info.threads << (info.threads == 1 ? " thread" : " threads");
+  text << info.library << " (core " << info.core << ", " << info.threads
+       << (info.threads == 1 ? " thread" : " threads");
   if (!info.choice.empty()) text << "; " << info.choice;
   text << ")";
   return text.str();

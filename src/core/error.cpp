@@ -31,14 +31,13 @@ std::string located_message(const char* file, int line, const std::string& messa
   return out.str();
 }
 
-BackendError::BackendError(const std::string& backend, const std::string& operation,
-                           const std::string& detail, const char* file, int line, const std::string& hint)
+BackendError::BackendError(const std::string& backend, const std::string& operation, const std::string& detail,
+                           const char* file, int line, const std::string& hint)
     : Error(located_message(file, line,
                             backend + " call " + operation + " failed: " + detail + (hint.empty() ? "" : "; " + hint))),
       backend_(backend) {}
 
-void throw_check_failure(const char* file, int line, const char* condition,
-                         const std::string& message) {
+void throw_check_failure(const char* file, int line, const char* condition, const std::string& message) {
   throw Error(located_message(file, line, message + " [check: " + condition + "]"));
 }
 

@@ -153,8 +153,8 @@ std::optional<Rewrite> non_finite_token(const std::string& text, const Fault& fa
   const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(offset), '\n');
   const std::size_t line_start = offset == 0 ? std::string::npos : text.rfind('\n', offset - 1);
   const std::size_t column = line_start == std::string::npos ? offset + 1 : offset - line_start;
-  throw JsonError("invalid JSON at offset " + std::to_string(offset) + " (line " + std::to_string(line) +
-                  ", column " + std::to_string(column) + "): " + fault.description);
+  throw JsonError("invalid JSON at offset " + std::to_string(offset) + " (line " + std::to_string(line) + ", column " +
+                  std::to_string(column) + "): " + fault.description);
 }
 
 [[noreturn]] void wrong_kind(JsonValue::Kind want, JsonValue::Kind got) {
@@ -168,9 +168,9 @@ JsonValue JsonValue::parse(const std::string& text, JsonNumbers numbers) {
   // After a rewrite, `patched` is parsed; `changes` says where it differs from
   // `text`, so that an error's offset names a byte of `text`.
   struct Change {
-    std::size_t start;        // in `patched`
-    std::size_t length;       // of the replacement there
-    std::ptrdiff_t growth;    // bytes the replacement added
+    std::size_t start;      // in `patched`
+    std::size_t length;     // of the replacement there
+    std::ptrdiff_t growth;  // bytes the replacement added
   };
   std::string patched;
   std::vector<Change> changes;
@@ -182,8 +182,9 @@ JsonValue JsonValue::parse(const std::string& text, JsonNumbers numbers) {
     if (const std::optional<Rewrite> rewrite = non_finite_token(input, fault, python)) {
       const std::string replacement = quoted(*rewrite->sentinel);
       patched = input.substr(0, rewrite->start) + replacement + input.substr(rewrite->start + rewrite->length);
-      changes.push_back({rewrite->start, replacement.size(),
-                         static_cast<std::ptrdiff_t>(replacement.size()) - static_cast<std::ptrdiff_t>(rewrite->length)});
+      changes.push_back(
+          {rewrite->start, replacement.size(),
+           static_cast<std::ptrdiff_t>(replacement.size()) - static_cast<std::ptrdiff_t>(rewrite->length)});
       continue;
     }
     // The byte at which nlohmann stopped, in `text` (each later change is past the earlier ones).

@@ -45,8 +45,8 @@ class Parser {
       ++pos_;
       const std::int64_t rhs = term();
       std::int64_t out = 0;
-      const bool overflow = op == '+' ? __builtin_add_overflow(value, rhs, &out)
-                                      : __builtin_sub_overflow(value, rhs, &out);
+      const bool overflow =
+          op == '+' ? __builtin_add_overflow(value, rhs, &out) : __builtin_sub_overflow(value, rhs, &out);
       if (overflow) fail("overflow");
       value = out;
     }

@@ -136,8 +136,9 @@ ChildProcess::ChildProcess(const std::string& command) : command_(command) {
   signal(SIGPIPE, SIG_IGN);
   GroupWatchdog& watchdog = GroupWatchdog::instance();
   int in_pipe[2], out_pipe[2];
-  if (pipe2(in_pipe, O_CLOEXEC) != 0) throw ProcessError(FailureReason::FailureCannotStart,
-                                                         "cannot create pipes for '" + command + "': " + std::strerror(errno));
+  if (pipe2(in_pipe, O_CLOEXEC) != 0)
+    throw ProcessError(FailureReason::FailureCannotStart,
+                       "cannot create pipes for '" + command + "': " + std::strerror(errno));
   if (pipe2(out_pipe, O_CLOEXEC) != 0) {
     const int error = errno;
     ::close(in_pipe[0]);
@@ -250,8 +251,8 @@ std::optional<std::string> ChildProcess::read_line(double timeout_s) {
     if (n <= 0) {
       FailureReason reason;
       const std::string how = describe_exit(reason);
-      throw ProcessError(reason, "environment process " + std::to_string(pid_) + " ('" + command_ +
-                                     "') ended its output: " + how);
+      throw ProcessError(
+          reason, "environment process " + std::to_string(pid_) + " ('" + command_ + "') ended its output: " + how);
     }
     buffered_.append(chunk, static_cast<size_t>(n));
     if (buffered_.size() > (64u << 20))

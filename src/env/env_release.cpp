@@ -15,8 +15,8 @@ ReleaseOnSignal::ReleaseOnSignal(runtime::Mailbox& mailbox, runtime::StopCoordin
 
 void ReleaseOnSignal::fall_back_to_stop(const std::string& why) {
   settled_ = true;
-  stop_.request_stop("signal " + std::to_string(signal_) + " on rank " + std::to_string(mailbox_.rank()) + " (" +
-                     why + ")");
+  stop_.request_stop("signal " + std::to_string(signal_) + " on rank " + std::to_string(mailbox_.rank()) + " (" + why +
+                     ")");
 }
 
 bool ReleaseOnSignal::released() {

@@ -17,7 +17,8 @@ SessionHostOptions session_host_options(const config::Config& config, int comput
   // Environment steps mostly wait (on processes, on I/O); a few threads per
   // core keep them overlapped without taking compute from the rank.
   options.threads = config.env.threads > 0 ? static_cast<int>(config.env.threads) : std::max(2, 2 * compute_threads);
-  options.archive_dir = config.env.archive_dir.empty() ? config.run_directory() + "/archive/env" : config.env.archive_dir;
+  options.archive_dir =
+      config.env.archive_dir.empty() ? config.run_directory() + "/archive/env" : config.env.archive_dir;
   return options;
 }
 
@@ -196,8 +197,8 @@ EnvReply EnvClient::wait(double timeout_s) {
   try {
     return mailbox_.receive<EnvReplyMessage>(MPI_ANY_SOURCE, timeout_s).second.reply;
   } catch (const runtime::TimeoutError&) {
-    throw runtime::TimeoutError("no reply from env workers (ranks " + ranks + ") within " +
-                                std::to_string(timeout_s) + " s");
+    throw runtime::TimeoutError("no reply from env workers (ranks " + ranks + ") within " + std::to_string(timeout_s) +
+                                " s");
   }
 }
 

@@ -13,9 +13,7 @@ namespace {
 
 std::atomic<std::uint64_t> g_session_counter{0};
 
-const char* shaping_name(RewardShaping shaping) {
-  return shaping == RewardShaping::Shaped ? "shaped" : "sparse";
-}
+const char* shaping_name(RewardShaping shaping) { return shaping == RewardShaping::Shaped ? "shaped" : "sparse"; }
 
 }  // namespace
 
@@ -79,12 +77,18 @@ ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, 
   if (!process_) throw ExternalEnvError(FailureReason::FailureCrashed, "external environment used before open()");
   const std::uint64_t id = next_request_id_++;
   JsonWriter message;
-  message.begin_object().key("id").value(static_cast<std::int64_t>(id)).key("op").value(op).key("session").value(session_);
+  message.begin_object()
+      .key("id")
+      .value(static_cast<std::int64_t>(id))
+      .key("op")
+      .value(op)
+      .key("session")
+      .value(session_);
   if (fields) fields(message);
   message.end_object();
   const std::string& line = message.str();
-  const std::string who = "external environment '" + options_.command + "' (pid " +
-                          std::to_string(process_->pid()) + ")";
+  const std::string who =
+      "external environment '" + options_.command + "' (pid " + std::to_string(process_->pid()) + ")";
   try {
     process_->write_line(line);
     const std::optional<std::string> reply = process_->read_line(timeout_s);
@@ -105,12 +109,13 @@ ExternalEnvironment::Answer ExternalEnvironment::request(const std::string& op, 
     if (!value.is_object())
       throw ExternalEnvError(FailureReason::FailureInvalidJson, who + " answered '" + op + "' with a non-object");
     if (value.at("id").as_number() != static_cast<double>(id))
-      throw ExternalEnvError(FailureReason::FailureWrongId, who + " answered request " + std::to_string(id) +
-                                                                " ('" + op + "') with the id of another");
+      throw ExternalEnvError(FailureReason::FailureWrongId, who + " answered request " + std::to_string(id) + " ('" +
+                                                                op + "') with the id of another");
     if (!value.at("ok").as_bool()) {
       const std::optional<JsonValue> error = value.find("error");
-      throw ExternalEnvError(FailureReason::FailureRefused,
-                             who + " refused '" + op + "': " + (error ? error->as_string() : std::string("no error text")));
+      throw ExternalEnvError(
+          FailureReason::FailureRefused,
+          who + " refused '" + op + "': " + (error ? error->as_string() : std::string("no error text")));
     }
     return Answer(std::move(value), who + " answered '" + op + "'", text.replacements);
   } catch (const JsonError& error) {
@@ -129,11 +134,16 @@ std::string ExternalEnvironment::open(const TaskSpec& task) {
   const Answer answer = request(
       "open",
       [&](JsonWriter& fields) {
-        fields.key("family").value(task.family)
-            .key("difficulty").value(task.difficulty)
-            .key("seed").value(static_cast<std::int64_t>(task.seed))
-            .key("shaping").value(shaping_name(task.shaping))
-            .key("max_turns").value(task.max_turns);
+        fields.key("family")
+            .value(task.family)
+            .key("difficulty")
+            .value(task.difficulty)
+            .key("seed")
+            .value(static_cast<std::int64_t>(task.seed))
+            .key("shaping")
+            .value(shaping_name(task.shaping))
+            .key("max_turns")
+            .value(task.max_turns);
       },
       options_.startup_timeout_s);
   max_turns_ = answer.has("max_turns") ? static_cast<int>(answer.number("max_turns")) : task.max_turns;
@@ -145,8 +155,8 @@ std::string ExternalEnvironment::open(const TaskSpec& task) {
 StepResult ExternalEnvironment::step(const std::string& action) {
   if (done_) throw ExternalEnvError(FailureReason::FailureRefused, "step on a finished external session");
   const std::string text = repair_utf8(action).text;
-  const Answer answer =
-      request("step", [&](JsonWriter& fields) { fields.key("action").value(text); }, options_.request_timeout_s);
+  const Answer answer = request(
+      "step", [&](JsonWriter& fields) { fields.key("action").value(text); }, options_.request_timeout_s);
   StepResult result;
   result.observation = answer.text("observation");
   result.reward = answer.number("reward");
@@ -188,7 +198,8 @@ void ExternalEnvironment::restore(const std::vector<std::uint8_t>& bytes) {
     const bool success = r.get<std::uint8_t>() != 0;
     const std::string state = r.get_string();
     r.expect_end();
-    request("restore", [&](JsonWriter& fields) { fields.key("state").value(state); }, options_.request_timeout_s);
+    request(
+        "restore", [&](JsonWriter& fields) { fields.key("state").value(state); }, options_.request_timeout_s);
     turns_ = turns;
     max_turns_ = max_turns;
     done_ = done;

@@ -29,7 +29,7 @@ namespace {
 constexpr int kOperators[kArithmeticMaxDifficulty] = {1, 2, 3, 4, 6, 9, 13, 19, 28, 40};
 constexpr int kMaxOperand[kArithmeticMaxDifficulty] = {9, 9, 20, 20, 50, 50, 99, 99, 999, 999};
 constexpr std::int64_t kValueBound = 1000000000;  // |every node value| <= 1e9
-constexpr size_t kMaxHistory = 4096;               // remembered calc texts (bounded snapshots)
+constexpr size_t kMaxHistory = 4096;              // remembered calc texts (bounded snapshots)
 
 struct Node {
   char op = 0;  // 0 for a literal, else one of + - * /
@@ -48,9 +48,7 @@ std::string normalize(const std::string& text) {
   return out;
 }
 
-std::string operand_text(std::int64_t v) {
-  return v < 0 ? "(" + std::to_string(v) + ")" : std::to_string(v);
-}
+std::string operand_text(std::int64_t v) { return v < 0 ? "(" + std::to_string(v) + ")" : std::to_string(v); }
 
 class ArithmeticSession final : public FamilySession {
  public:
@@ -234,8 +232,8 @@ class ArithmeticSession final : public FamilySession {
     if (l.op != 0 && precedence(l.op) < precedence(n.op)) left = "(" + left + ")";
     if (r.op != 0) {
       const bool lower = precedence(r.op) < precedence(n.op);
-      const bool same_needs = precedence(r.op) == precedence(n.op) &&
-                              (n.op == '-' || n.op == '/' || (n.op == '*' && r.op == '/'));
+      const bool same_needs =
+          precedence(r.op) == precedence(n.op) && (n.op == '-' || n.op == '/' || (n.op == '*' && r.op == '/'));
       if (lower || same_needs) right = "(" + right + ")";
     }
     return left + " " + n.op + " " + right;
@@ -260,11 +258,11 @@ class ArithmeticSession final : public FamilySession {
     return -1;
   }
 
-  std::vector<Node> nodes_;          // [literals + operators] the expression tree
+  std::vector<Node> nodes_;  // [literals + operators] the expression tree
   int root_ = 0;
-  std::vector<int> post_order_;      // [ops] operator nodes, children first
+  std::vector<int> post_order_;  // [ops] operator nodes, children first
   std::string expression_;
-  std::vector<std::string> history_;  // distinct successful calc texts, normalized
+  std::vector<std::string> history_;    // distinct successful calc texts, normalized
   std::vector<std::uint8_t> credited_;  // [ops] shaped reward paid for this node
 };
 

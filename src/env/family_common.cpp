@@ -60,9 +60,7 @@ std::uint64_t hash_text(const std::string& text) {
 
 namespace {
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
 
 std::string trim(const std::string& text) {
   size_t b = 0, e = text.size();
@@ -155,8 +153,8 @@ std::string FamilySession::open(const TaskSpec& task) {
     throw Error("env: a '" + family_ + "' session cannot open a task of family '" + task.family + "'");
   }
   if (task.difficulty < 1 || task.difficulty > max_difficulty_) {
-    throw Error("env " + family_ + ": difficulty " + std::to_string(task.difficulty) +
-                " is out of range 1.." + std::to_string(max_difficulty_));
+    throw Error("env " + family_ + ": difficulty " + std::to_string(task.difficulty) + " is out of range 1.." +
+                std::to_string(max_difficulty_));
   }
   if (task.max_turns < 0) {
     throw Error("env " + family_ + ": max_turns must be >= 0 (0 = the family default), got " +
@@ -277,16 +275,16 @@ void FamilySession::decode(const std::vector<std::uint8_t>& bytes) {
   try {
     runtime::ByteReader in(bytes.data() + sizeof(kMagic), body - sizeof(kMagic));
     const auto container = in.get<std::uint8_t>();
-    snapshot_check(container == kContainerVersion,
-                   "container version " + std::to_string(container) + " is not supported (expected " +
-                       std::to_string(kContainerVersion) + ")");
+    snapshot_check(container == kContainerVersion, "container version " + std::to_string(container) +
+                                                       " is not supported (expected " +
+                                                       std::to_string(kContainerVersion) + ")");
     const std::string family = in.get_string();
     snapshot_check(family == family_, "the snapshot is of family " + quote(family, 32) +
                                           ", it cannot be restored into a '" + family_ + "' session");
     const auto version = in.get<std::uint32_t>();
     snapshot_check(version == format_version_, "format version " + std::to_string(version) +
-                                                    " is not supported (expected " +
-                                                    std::to_string(format_version_) + ")");
+                                                   " is not supported (expected " + std::to_string(format_version_) +
+                                                   ")");
     TaskSpec task;
     task.family = family_;
     task.difficulty = in.get<std::int32_t>();
@@ -303,8 +301,8 @@ void FamilySession::decode(const std::vector<std::uint8_t>& bytes) {
     snapshot_check(shaping <= 1, "bad reward shaping code " + std::to_string(shaping));
     task.shaping = shaping ? RewardShaping::Shaped : RewardShaping::Sparse;
     snapshot_check(task.max_turns >= 0 && max_turns > 0, "bad turn budget");
-    snapshot_check(turns >= 0 && turns <= max_turns, "turns taken " + std::to_string(turns) +
-                                                         " outside 0.." + std::to_string(max_turns));
+    snapshot_check(turns >= 0 && turns <= max_turns,
+                   "turns taken " + std::to_string(turns) + " outside 0.." + std::to_string(max_turns));
     snapshot_check(done <= 1 && success <= 1 && (done || !success), "inconsistent done/success flags");
     snapshot_check(done || turns < max_turns, "a live session cannot have spent its budget");
 

@@ -98,8 +98,7 @@ class GuessSession final : public FamilySession {
     const auto lo = in.get<std::int64_t>();
     const auto hi = in.get<std::int64_t>();
     snapshot_check(lo >= 1 && hi <= limit_ && lo <= target_ && target_ <= hi,
-                   "interval " + std::to_string(lo) + ".." + std::to_string(hi) +
-                       " is inconsistent with the task");
+                   "interval " + std::to_string(lo) + ".." + std::to_string(hi) + " is inconsistent with the task");
     lo_ = lo;
     hi_ = hi;
   }

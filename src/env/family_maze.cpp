@@ -227,12 +227,12 @@ class MazeSession final : public FamilySession {
     return out;
   }
 
-  int cells_ = 3;              // cells per side
-  int side_ = 7;               // tiles per side: 2 * cells_ + 1
-  std::vector<char> tiles_;    // [side_ * side_] '#' or '.'
-  std::vector<int> to_goal_;   // [cells_ * cells_] shortest moves to G
+  int cells_ = 3;             // cells per side
+  int side_ = 7;              // tiles per side: 2 * cells_ + 1
+  std::vector<char> tiles_;   // [side_ * side_] '#' or '.'
+  std::vector<int> to_goal_;  // [cells_ * cells_] shortest moves to G
   int goal_r_ = 0, goal_c_ = 0;
-  int row_ = 0, col_ = 0;      // the agent's cell
+  int row_ = 0, col_ = 0;  // the agent's cell
   int start_distance_ = 1;
 };
 

@@ -37,7 +37,8 @@ std::unique_ptr<Environment> create_environment(const std::string& family, const
                                                 double timeout_s) {
   if (family == "external") {
     if (external.command.empty())
-      throw EnvironmentFailure(FailureReason::FailureCannotStart, "task family 'external' needs [env.external] command");
+      throw EnvironmentFailure(FailureReason::FailureCannotStart,
+                               "task family 'external' needs [env.external] command");
     return std::make_unique<ExternalEnvironment>(
         ExternalEnvOptions{external.command, external.startup_timeout_s, timeout_s});
   }
@@ -60,9 +61,9 @@ const char* request_kind_name(RequestKind kind) {
 struct SessionHost::Attempt {
   EnvRequest request;
   int number = 1;
-  bool fresh = false;                       // build, open and replay before the request
+  bool fresh = false;  // build, open and replay before the request
   std::vector<std::string> replay;
-  std::shared_ptr<Environment> env;         // the environment this attempt uses
+  std::shared_ptr<Environment> env;  // the environment this attempt uses
   double started = 0;
   double deadline = 0;
   std::atomic<bool> done{false};
@@ -163,8 +164,8 @@ void SessionHost::submit(EnvRequest request) {
     session->task = request.task;
     found = sessions_.emplace(request.session, std::move(session)).first;
   } else if (found == sessions_.end()) {
-    immediate_.push_back(refuse(request, std::string("cannot ") + request_kind_name(request.kind) +
-                                             ": no such session on this worker"));
+    immediate_.push_back(
+        refuse(request, std::string("cannot ") + request_kind_name(request.kind) + ": no such session on this worker"));
     return;
   }
   Session& session = *found->second;
@@ -230,8 +231,8 @@ void SessionHost::launch(Session& session, EnvRequest request, int attempt_numbe
     try {
       const EnvRequest& r = a.request;
       if (r.kind == RequestKind::Restore) {
-        a.restored = r.archive_path.empty() ? SessionSnapshot::decode(r.snapshot)
-                                            : SessionSnapshot::read_file(r.archive_path);
+        a.restored =
+            r.archive_path.empty() ? SessionSnapshot::decode(r.snapshot) : SessionSnapshot::read_file(r.archive_path);
       }
       const TaskSpec& spec = r.kind == RequestKind::Restore ? a.restored.task : task;
       if (a.fresh) {
@@ -248,9 +249,7 @@ void SessionHost::launch(Session& session, EnvRequest request, int attempt_numbe
               if (spec.family != "external")
                 throw EnvironmentFailure(FailureReason::FailureCrashed, "injected crash ([faults] env_crash_rate)");
               break;
-            case Fault::Hang:
-              std::this_thread::sleep_for(std::chrono::duration<double>(faults.env_hang_s));
-              break;
+            case Fault::Hang: std::this_thread::sleep_for(std::chrono::duration<double>(faults.env_hang_s)); break;
             case Fault::None: break;
           }
           a.step = a.env->step(r.action);
@@ -306,9 +305,9 @@ void SessionHost::give_up_or_retry(Session& session, const std::shared_ptr<Attem
   }
   telemetry::metrics().add("env.failures." + family);
   telemetry::metrics().add("env.failures." + family + "." + reason_name);
-  EnvReply reply = refuse(attempt->request, std::string(request_kind_name(attempt->request.kind)) +
-                                                " failed after " + std::to_string(attempt->number) +
-                                                " attempts (" + reason_name + "): " + error);
+  EnvReply reply =
+      refuse(attempt->request, std::string(request_kind_name(attempt->request.kind)) + " failed after " +
+                                   std::to_string(attempt->number) + " attempts (" + reason_name + "): " + error);
   reply.failure = reason;
   reply.attempts = attempt->number;
   reply.turn = session.turn;
@@ -433,7 +432,8 @@ std::vector<EnvReply> SessionHost::poll() {
         if (attempt->env) attempt->env->interrupt();
         pool_.add_thread();
         give_up_or_retry(session, attempt, FailureReason::FailureTimeout,
-                         "timed out after " + std::to_string(static_cast<int>(std::round((now - attempt->started) * 1000))) +
+                         "timed out after " +
+                             std::to_string(static_cast<int>(std::round((now - attempt->started) * 1000))) +
                              " ms ([env] timeout_s)",
                          out);
       }

@@ -9,12 +9,11 @@ const std::vector<TaskFamily>& builtin_families() {
   static const std::vector<TaskFamily> families = {
       {"arithmetic", "evaluate an integer expression with a `calc <expr>` tool, then `answer <n>`",
        detail::kArithmeticMaxDifficulty, detail::make_arithmetic_session},
-      {"maze", "reach G in a maze seen through a 5x5 window by moving up|down|left|right",
-       detail::kMazeMaxDifficulty, detail::make_maze_session},
-      {"guess", "find a hidden integer with `guess <n>` and higher/lower feedback",
-       detail::kGuessMaxDifficulty, detail::make_guess_session},
-      {"sort", "sort a list ascending with `swap i j` commands", detail::kSortMaxDifficulty,
-       detail::make_sort_session},
+      {"maze", "reach G in a maze seen through a 5x5 window by moving up|down|left|right", detail::kMazeMaxDifficulty,
+       detail::make_maze_session},
+      {"guess", "find a hidden integer with `guess <n>` and higher/lower feedback", detail::kGuessMaxDifficulty,
+       detail::make_guess_session},
+      {"sort", "sort a list ascending with `swap i j` commands", detail::kSortMaxDifficulty, detail::make_sort_session},
       {"lookup", "follow a chain of hidden key->value hops with `get <key>`, then `answer <value>`",
        detail::kLookupMaxDifficulty, detail::make_lookup_session},
   };

@@ -127,8 +127,7 @@ Architecture architecture_of(const Fields& f) {
   if (type == "qwen2_moe") return Architecture::Qwen2Moe;
   if (type == "qwen3_moe") return Architecture::Qwen3Moe;
   if (type == "olmoe") return Architecture::Olmoe;
-  f.fail("model_type", "unknown architecture '" + type +
-                           "' (supported: mixtral, qwen2_moe, qwen3_moe, olmoe)");
+  f.fail("model_type", "unknown architecture '" + type + "' (supported: mixtral, qwen2_moe, qwen3_moe, olmoe)");
 }
 
 // rope_theta lives at the top level (transformers 4) or in rope_parameters
@@ -235,7 +234,8 @@ void check_parameter_budget(const Fields& f, const config::ModelSection& m, cons
 // Unsigned 64-bit arithmetic that remembers an overflow instead of wrapping.
 class Count {
  public:
-  Count(std::int64_t value) : value_(value < 0 ? 0 : static_cast<std::uint64_t>(value)) {}  // NOLINT: implicit on purpose
+  Count(std::int64_t value)
+      : value_(value < 0 ? 0 : static_cast<std::uint64_t>(value)) {}  // NOLINT: implicit on purpose
   friend Count operator*(Count a, Count b) {
     a.overflow_ = a.overflow_ || b.overflow_ || __builtin_mul_overflow(a.value_, b.value_, &a.value_);
     return a;
@@ -336,7 +336,8 @@ HfModel read_hf_model(const std::string& dir) {
   m.num_heads = f.dimension("num_attention_heads", 1);
   m.num_kv_heads = f.dimension_or("num_key_value_heads", m.num_heads, 1);
   m.head_dim = f.dimension_or("head_dim", 0, 0);
-  if (m.head_dim == m.d_model / std::max<std::int64_t>(m.num_heads, 1) && m.d_model % std::max<std::int64_t>(m.num_heads, 1) == 0) {
+  if (m.head_dim == m.d_model / std::max<std::int64_t>(m.num_heads, 1) &&
+      m.d_model % std::max<std::int64_t>(m.num_heads, 1) == 0) {
     m.head_dim = 0;  // the default: keep configs of built-in-shaped models minimal
   }
   m.max_seq_len = f.size("max_position_embeddings", 2);
@@ -388,7 +389,8 @@ HfModel read_hf_model(const std::string& dir) {
       m.qk_norm = config::QkNorm::Full;
       m.qkv_bias = m.o_bias = f.boolean_or("attention_bias", false);
       m.d_ff = e.d_expert;
-      if (m.head_dim != 0) f.fail("head_dim", "OLMoE normalises q over hidden_size: head_dim must be hidden_size / heads");
+      if (m.head_dim != 0)
+        f.fail("head_dim", "OLMoE normalises q over hidden_size: head_dim must be hidden_size / heads");
       break;
   }
   if (e.top_k < 1 || e.top_k > e.num_experts) f.fail("num_experts_per_tok", "must be in [1, num_experts]");
@@ -454,7 +456,8 @@ void apply_hf_source(config::Config& config) {
     for (const auto& c : conflicts) text += " " + c + ";";
     text += " remove those keys or make them agree";
     // The one architecture key with a run-time counterpart.
-    if (std::any_of(conflicts.begin(), conflicts.end(), [](const std::string& c) { return c.rfind("moe.top_k", 0) == 0; }))
+    if (std::any_of(conflicts.begin(), conflicts.end(),
+                    [](const std::string& c) { return c.rfind("moe.top_k", 0) == 0; }))
       text += " (rollout.moe_top_k sets the experts per token of rollouts; the learner keeps config.json's)";
     throw HfConfigError(text);
   }
@@ -489,8 +492,9 @@ Architecture export_architecture(const config::ModelSection& m, const config::Mo
   }
   if (m.qkv_bias != m.o_bias) return refuse("q/k/v biases without an o_proj bias and without a shared expert");
   if (!m.qkv_bias && renormalized && e.first_dense_layers == 0 && e.sparse_step == 1) return Architecture::Mixtral;
-  return refuse("no QK-norm but Qwen3-MoE and OLMoE need it, and Mixtral has no biases, dense layers or "
-                "un-renormalised gates");
+  return refuse(
+      "no QK-norm but Qwen3-MoE and OLMoE need it, and Mixtral has no biases, dense layers or "
+      "un-renormalised gates");
 }
 
 std::string hf_config_json(Architecture arch, const config::ModelSection& m, const config::MoeSection& e,
@@ -525,7 +529,13 @@ std::string hf_config_json(Architecture arch, const config::ModelSection& m, con
   w.key("max_position_embeddings").value(m.max_seq_len);
   w.key("rms_norm_eps").value(m.norm_eps);
   w.key("rope_theta").value(m.rope_theta);
-  w.key("rope_parameters").begin_object().key("rope_type").value("default").key("rope_theta").value(m.rope_theta).end_object();
+  w.key("rope_parameters")
+      .begin_object()
+      .key("rope_type")
+      .value("default")
+      .key("rope_theta")
+      .value(m.rope_theta)
+      .end_object();
   w.key("tie_word_embeddings").value(m.tie_embeddings);
   w.key("num_experts_per_tok").value(e.top_k);
   w.key("initializer_range").value(m.init_std);
@@ -547,8 +557,10 @@ std::string hf_config_json(Architecture arch, const config::ModelSection& m, con
     case Architecture::Mixtral:
       w.key("num_local_experts").value(e.num_experts);
       w.key("intermediate_size").value(e.d_expert);
-      if (m.sliding_window != 0) w.key("sliding_window").value(m.sliding_window);
-      else w.key("sliding_window").null();
+      if (m.sliding_window != 0)
+        w.key("sliding_window").value(m.sliding_window);
+      else
+        w.key("sliding_window").null();
       break;
     case Architecture::Qwen2Moe:
       qwen_layers();

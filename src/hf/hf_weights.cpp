@@ -37,8 +37,7 @@ bool moe_layer(const config::MoeSection& moe, std::int64_t layer) {
 
 }  // namespace
 
-std::vector<std::string> hf_tensor_names(const std::string& parameter, std::int64_t num_experts,
-                                         Architecture arch) {
+std::vector<std::string> hf_tensor_names(const std::string& parameter, std::int64_t num_experts, Architecture arch) {
   if (parameter == "lm_head.weight") return {parameter};
   std::string name = "model." + parameter;
   const auto experts_pos = name.find(".mlp.experts.");
@@ -168,16 +167,14 @@ std::vector<OwnedParameter> read_hf_parameters(const std::string& dir, const con
 }
 
 const std::vector<std::string>& tokenizer_file_names() {
-  static const std::vector<std::string> names = {"tokenizer.json",          "tokenizer_config.json",
-                                                 "special_tokens_map.json", "added_tokens.json",
-                                                 "vocab.json",              "merges.txt",
-                                                 "generation_config.json",  "chat_template.jinja"};
+  static const std::vector<std::string> names = {
+      "tokenizer.json", "tokenizer_config.json",  "special_tokens_map.json", "added_tokens.json", "vocab.json",
+      "merges.txt",     "generation_config.json", "chat_template.jinja"};
   return names;
 }
 
 ExportResult export_hf_model(const std::vector<ParameterView>& parameters, const config::ModelSection& model,
-                             const config::MoeSection& moe, const std::string& out_dir,
-                             std::uint64_t max_shard_bytes) {
+                             const config::MoeSection& moe, const std::string& out_dir, std::uint64_t max_shard_bytes) {
   ExportResult result;
   result.architecture = export_architecture(model, moe);
   const Architecture arch = result.architecture;

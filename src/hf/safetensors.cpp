@@ -39,10 +39,14 @@ constexpr double kMaxExactInteger = 9007199254740992.0;
 }
 
 bool parse_dtype(const std::string& name, DType& out) {
-  if (name == "F32") out = DType::F32;
-  else if (name == "F16") out = DType::F16;
-  else if (name == "BF16") out = DType::BF16;
-  else return false;
+  if (name == "F32")
+    out = DType::F32;
+  else if (name == "F16")
+    out = DType::F16;
+  else if (name == "BF16")
+    out = DType::BF16;
+  else
+    return false;
   return true;
 }
 
@@ -87,13 +91,15 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   t.end = exact_integer(range[1], path, name, "data_offsets end");
   if (t.begin > t.end) fail_tensor(path, name, "data_offsets begin > end");
   if (t.end > data_bytes) {
-    fail_tensor(path, name, "data_offsets end " + std::to_string(t.end) + " lies past the data section (" +
-                                std::to_string(data_bytes) + " bytes): the file is truncated or corrupt");
+    fail_tensor(path, name,
+                "data_offsets end " + std::to_string(t.end) + " lies past the data section (" +
+                    std::to_string(data_bytes) + " bytes): the file is truncated or corrupt");
   }
   const std::uint64_t expected = numel * dtype_size(t.dtype);
   if (t.bytes() != expected) {
-    fail_tensor(path, name, "holds " + std::to_string(t.bytes()) + " bytes but its shape and dtype need " +
-                                std::to_string(expected));
+    fail_tensor(
+        path, name,
+        "holds " + std::to_string(t.bytes()) + " bytes but its shape and dtype need " + std::to_string(expected));
   }
   return t;
 }
@@ -151,8 +157,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     std::uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[i];  // little-endian
     if (header_len > kMaxHeaderBytes || header_len > size_ - 8) {
-      fail(path, "header length " + std::to_string(header_len) + " does not fit in the file (" +
-                     std::to_string(size_) + " bytes): truncated or not a safetensors file");
+      fail(path, "header length " + std::to_string(header_len) + " does not fit in the file (" + std::to_string(size_) +
+                     " bytes): truncated or not a safetensors file");
     }
     data_start_ = 8 + header_len;
     JsonValue header;
@@ -279,9 +285,9 @@ std::uint64_t write_safetensors(const std::string& path, const std::vector<Tenso
       numel *= static_cast<std::uint64_t>(d);
     }
     if (numel * dtype_size(t.dtype) != t.bytes) {
-      fail_tensor(path, t.name, "shape " + shape_text(t.shape) + " of " + dtype_name(t.dtype) + " needs " +
-                                    std::to_string(numel * dtype_size(t.dtype)) + " bytes, given " +
-                                    std::to_string(t.bytes));
+      fail_tensor(path, t.name,
+                  "shape " + shape_text(t.shape) + " of " + dtype_name(t.dtype) + " needs " +
+                      std::to_string(numel * dtype_size(t.dtype)) + " bytes, given " + std::to_string(t.bytes));
     }
     header.key(t.name).begin_object().key("dtype").value(dtype_name(t.dtype)).key("shape").begin_array();
     for (std::int64_t d : t.shape) header.value(d);
@@ -303,7 +309,8 @@ std::uint64_t write_safetensors(const std::string& path, const std::vector<Tenso
     for (int i = 0; i < 8; ++i, n >>= 8) length[i] = static_cast<std::uint8_t>(n & 0xff);
     out.write(reinterpret_cast<const char*>(length), 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const TensorToWrite& t : tensors) out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.bytes));
+    for (const TensorToWrite& t : tensors)
+      out.write(static_cast<const char*>(t.data), static_cast<std::streamsize>(t.bytes));
     out.flush();
     if (!out) fail(path, "write failed (disk full?)");
   }
@@ -342,7 +349,8 @@ SafetensorsDirectory::SafetensorsDirectory(const std::string& dir) : dir_(dir) {
     auto it = file_number.find(name);
     if (it == file_number.end()) {
       const fs::path shard = fs::path(dir) / name;
-      if (!fs::exists(shard)) fail_tensor(index_path.string(), tensor, "its file " + shard.string() + " does not exist");
+      if (!fs::exists(shard))
+        fail_tensor(index_path.string(), tensor, "its file " + shard.string() + " does not exist");
       files_.push_back(std::make_unique<SafetensorsFile>(shard.string()));
       it = file_number.emplace(name, files_.size() - 1).first;
     }
@@ -376,8 +384,7 @@ std::uint64_t SafetensorsDirectory::total_bytes() const {
   return total;
 }
 
-std::vector<std::string> write_sharded_safetensors(const std::string& dir,
-                                                   const std::vector<TensorToWrite>& tensors,
+std::vector<std::string> write_sharded_safetensors(const std::string& dir, const std::vector<TensorToWrite>& tensors,
                                                    std::uint64_t max_shard_bytes,
                                                    const std::map<std::string, std::string>& metadata) {
   // Greedy packing in the given order.

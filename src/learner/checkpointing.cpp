@@ -140,7 +140,8 @@ std::vector<std::pair<std::string, torch::Tensor>> trained_arrays(model::PolicyI
   std::vector<std::pair<std::string, torch::Tensor>> arrays;
   for (const auto& item : policy.named_parameters()) arrays.emplace_back("model/" + item.key(), item.value());
   if (value_head)
-    for (const auto& item : value_head->named_parameters()) arrays.emplace_back("value_head/" + item.key(), item.value());
+    for (const auto& item : value_head->named_parameters())
+      arrays.emplace_back("value_head/" + item.key(), item.value());
   return arrays;
 }
 
@@ -245,8 +246,7 @@ std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& p
   auto writer = store.shard_writer(state.version, 0, 1);
   for (const auto& [name, tensor] : trained_arrays(policy, value_head)) {
     const torch::Tensor p = tensor.detach().to(torch::kFloat32).contiguous();
-    writer->add_array(name, storage::DType::Float32,
-                      storage::Shape(p.sizes().begin(), p.sizes().end()), p.data_ptr(),
+    writer->add_array(name, storage::DType::Float32, storage::Shape(p.sizes().begin(), p.sizes().end()), p.data_ptr(),
                       static_cast<size_t>(p.numel()) * sizeof(float));
   }
   add_optimizer_state(*writer, optimizer);
@@ -345,8 +345,8 @@ bool CheckpointSchedule::due(std::int64_t step) const {
   return c.every_minutes > 0 && runtime::monotonic_seconds() - last_save_s_ >= 60 * c.every_minutes;
 }
 
-void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer,
-                              const LearnerState& state, torch::nn::Module* value_head) {
+void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer, const LearnerState& state,
+                              torch::nn::Module* value_head) {
   const config::FaultsSection& f = config_.faults;
   storage::FaultInjection faults;
   const bool this_save = f.checkpoint_crash_version < 0 ? saves_ == 0 : f.checkpoint_crash_version == state.version;

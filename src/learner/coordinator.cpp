@@ -35,9 +35,9 @@ Coordinator::~Coordinator() { stop(); }
 void Coordinator::start() {
   if (thread_.joinable()) return;
   if (config_.telemetry.prometheus_port > 0 && !metrics_server_) {
-    metrics_server_ = std::make_unique<telemetry::MetricsServer>(
-        config_.telemetry.prometheus_bind, static_cast<int>(config_.telemetry.prometheus_port),
-        [this] { return prometheus_page(); });
+    metrics_server_ = std::make_unique<telemetry::MetricsServer>(config_.telemetry.prometheus_bind,
+                                                                 static_cast<int>(config_.telemetry.prometheus_port),
+                                                                 [this] { return prometheus_page(); });
     spdlog::info("metrics: Prometheus can scrape {}", metrics_server_->url());
   }
   stopping_ = false;
@@ -152,17 +152,17 @@ void Coordinator::watch_progress(double now) {
          runtime::kJobFailedExitStatus);
   } else if (watch_.warn_due(now)) {
     const std::string quiet = watch_.quiet_ranks(world_.layout(), quiet_s, now);
-    spdlog::warn("learner 0: no episodes for {:.0f} s (the job stops at {:.0f} s); silent ranks: {}; sessions failed "
-                 "for good: {}",
-                 watch_.idle_s(now), watch_.limit_s(), quiet.empty() ? "none" : quiet,
-                 tasks_.env_failures().describe());
+    spdlog::warn(
+        "learner 0: no episodes for {:.0f} s (the job stops at {:.0f} s); silent ranks: {}; sessions failed "
+        "for good: {}",
+        watch_.idle_s(now), watch_.limit_s(), quiet.empty() ? "none" : quiet, tasks_.env_failures().describe());
   }
 }
 
 void Coordinator::fail(const std::string& reason, int status) {
   if (failure_) return;  // the first failure is the one that stops the job
   failure_ = JobFailure{reason, status};
-  own_inbox_.notify();   // a training thread waiting for episodes looks up
+  own_inbox_.notify();  // a training thread waiting for episodes looks up
 }
 
 bool Coordinator::failing() const {
@@ -261,7 +261,8 @@ void Coordinator::write_metrics_line(std::int64_t step) {
   telemetry::record_resident_memory();  // learner 0 sends no report of its own
   aggregator_.update(telemetry::metrics().snapshot());
   if (!metrics_file_)
-    metrics_file_ = std::make_unique<telemetry::JsonLinesFile>(config_.run_directory() + "/" + config_.telemetry.metrics_file);
+    metrics_file_ =
+        std::make_unique<telemetry::JsonLinesFile>(config_.run_directory() + "/" + config_.telemetry.metrics_file);
   metrics_file_->append(aggregator_.json_line(step));
   log_metric_warnings();
 }

@@ -50,8 +50,7 @@ std::string Coordinator::failover_impossible(const runtime::LostRank& lost) cons
   const runtime::RankLayout& layout = world_.layout();
   switch (lost.role) {
     case runtime::Role::Learner: return "a learner cannot be replaced while the job runs";
-    case runtime::Role::EnvWorker:
-      return living(layout, runtime::Role::EnvWorker) == 0 ? "no env worker is left" : "";
+    case runtime::Role::EnvWorker: return living(layout, runtime::Role::EnvWorker) == 0 ? "no env worker is left" : "";
     case runtime::Role::Actor:
     case runtime::Role::StandbyActor:
       // A living standby is either promoted already (working as an actor) or
@@ -87,8 +86,9 @@ void Coordinator::on_rank_lost(const runtime::LostRank& lost) {
     telemetry::metrics().add("coordinator.lost_ranks");
   }
   const double now = runtime::monotonic_seconds();
-  runtime::RankLost notice{lost.rank, runtime::role_name(lost.role), lost.role_index, lost.host, lost.pid,
-                           released ? "released on its " + release->second : lost.why};
+  runtime::RankLost notice{lost.rank,       runtime::role_name(lost.role),
+                           lost.role_index, lost.host,
+                           lost.pid,        released ? "released on its " + release->second : lost.why};
   runtime::lost_ranks().add(notice);
   // Without a fault-tolerant MPI a killed rank takes the whole job down at
   // once, before the clean stop below saved its checkpoint: the end of the
@@ -215,8 +215,6 @@ void Coordinator::finish_recoveries(double now) {
   }
 }
 
-void Coordinator::sync_group_rebuilt() {
-  sync_broken_ = false;
-}
+void Coordinator::sync_group_rebuilt() { sync_broken_ = false; }
 
 }  // namespace moerl::learner

@@ -35,9 +35,8 @@ void Coordinator::take_release_requests(double now) {
   while (auto request = mailbox_.try_receive<runtime::EnvReleaseRequest>()) {
     const int rank = request->first;
     if (world_.layout().assignment(rank).role != runtime::Role::EnvWorker) {
-      drop_malformed(runtime::MessageError("a release request from rank " + std::to_string(rank) +
-                                               ", which is not an env worker",
-                                           rank),
+      drop_malformed(runtime::MessageError(
+                         "a release request from rank " + std::to_string(rank) + ", which is not an env worker", rank),
                      false);
       continue;
     }
@@ -47,8 +46,7 @@ void Coordinator::take_release_requests(double now) {
 }
 
 std::string Coordinator::release_refusal(int rank) const {
-  if (!runtime::fault_tolerant_mpi())
-    return "this MPI is not fault tolerant, so a rank that leaves ends the job";
+  if (!runtime::fault_tolerant_mpi()) return "this MPI is not fault tolerant, so a rank that leaves ends the job";
   for (int other : world_.layout().ranks_of(runtime::Role::EnvWorker))
     if (other != rank && !runtime::lost_ranks().contains(other) && !released_.count(other)) return "";
   return "it is the last env worker";

@@ -35,8 +35,10 @@ double learning_progress(double fast, double slow, std::int64_t seen) {
 }  // namespace
 
 Curriculum::Curriculum(const config::Config& config)
-    : curriculum_(config.env.curriculum), adaptive_weights_(config.env.adaptive_weights),
-      window_(static_cast<size_t>(config.env.curriculum_window)), raise_at_(config.env.curriculum_raise_at),
+    : curriculum_(config.env.curriculum),
+      adaptive_weights_(config.env.adaptive_weights),
+      window_(static_cast<size_t>(config.env.curriculum_window)),
+      raise_at_(config.env.curriculum_raise_at),
       lower_at_(config.env.curriculum_lower_at) {
   for (const std::string& family : config.env.families) {
     FamilyState state;
@@ -46,7 +48,8 @@ Curriculum::Curriculum(const config::Config& config)
     const env::TaskFamily* builtin = env::find_builtin_family(family);
     state.max_difficulty = builtin ? builtin->max_difficulty : state.difficulty;
     if (config.env.curriculum_max_difficulty > 0)
-      state.max_difficulty = std::min<int>(state.max_difficulty, static_cast<int>(config.env.curriculum_max_difficulty));
+      state.max_difficulty =
+          std::min<int>(state.max_difficulty, static_cast<int>(config.env.curriculum_max_difficulty));
     state.max_difficulty = std::max(state.max_difficulty, state.difficulty);
     if (!builtin) state.min_difficulty = state.difficulty;
     families_[family] = state;
@@ -114,8 +117,17 @@ void Curriculum::publish_metrics() const {
 void Curriculum::write_json(JsonWriter& json) const {
   json.begin_object();
   for (const auto& [family, state] : families_)
-    json.key(family).begin_object().key("difficulty").value(state.difficulty).key("fast").value(state.fast)
-        .key("slow").value(state.slow).key("seen").value(state.seen).end_object();
+    json.key(family)
+        .begin_object()
+        .key("difficulty")
+        .value(state.difficulty)
+        .key("fast")
+        .value(state.fast)
+        .key("slow")
+        .value(state.slow)
+        .key("seen")
+        .value(state.seen)
+        .end_object();
   json.end_object();
 }
 
@@ -124,8 +136,8 @@ void Curriculum::restore(const JsonValue& value) {
     const auto found = families_.find(family);
     if (found == families_.end()) continue;  // a family no longer configured
     FamilyState& state = found->second;
-    state.difficulty = std::clamp(static_cast<int>(entry.at("difficulty").as_number()), state.min_difficulty,
-                                  state.max_difficulty);
+    state.difficulty =
+        std::clamp(static_cast<int>(entry.at("difficulty").as_number()), state.min_difficulty, state.max_difficulty);
     state.fast = entry.at("fast").as_number();
     state.slow = entry.at("slow").as_number();
     state.seen = static_cast<std::int64_t>(entry.at("seen").as_number());

@@ -14,7 +14,8 @@ EpisodeBatch make_episode_batch(const std::vector<const rollout::Trajectory*>& e
     MOERL_CHECK(t->tokens.size() >= 2, "episode " + std::to_string(t->episode_id) + " has fewer than 2 tokens");
     for (std::int32_t w = 0; w < t->windows(); ++w) {
       const auto [begin, end] = t->window(w);
-      MOERL_CHECK(end >= begin + 2, "episode " + std::to_string(t->episode_id) + " has a window of fewer than 2 tokens");
+      MOERL_CHECK(end >= begin + 2,
+                  "episode " + std::to_string(t->episode_id) + " has a window of fewer than 2 tokens");
       const auto fed = static_cast<std::int64_t>(end - begin) - 1;
       longest = std::max(longest, fed);
       total += fed;
@@ -101,8 +102,10 @@ EpisodeTurns episode_turns(const std::vector<const rollout::Trajectory*>& episod
       turn_index.push_back(generated ? finished : std::min(finished, actions - 1));
     }
     for (std::int64_t k = 0; k < actions; ++k)
-      turn_rewards.push_back(static_cast<size_t>(k) < t.turn_rewards.size() ? t.turn_rewards[static_cast<size_t>(k)] : 0.f);
-    for (size_t k = static_cast<size_t>(actions); k < t.turn_rewards.size(); ++k) turn_rewards.back() += t.turn_rewards[k];
+      turn_rewards.push_back(static_cast<size_t>(k) < t.turn_rewards.size() ? t.turn_rewards[static_cast<size_t>(k)]
+                                                                            : 0.f);
+    for (size_t k = static_cast<size_t>(actions); k < t.turn_rewards.size(); ++k)
+      turn_rewards.back() += t.turn_rewards[k];
     turn_rewards.back() += final_bonus[e];
   }
   EpisodeTurns turns;

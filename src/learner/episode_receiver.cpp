@@ -66,9 +66,9 @@ void EpisodeReceiver::receive_once() {
     if (episode.evaluation || episode.group_id % learners != learner) {
       const std::string what = episode.evaluation ? "an evaluation episode (they go to learner 0)"
                                                   : "an episode of group " + std::to_string(episode.group_id);
-      if (auto stop = malformed_.drop(runtime::MessageError(what + " from rank " + std::to_string(message->first) +
-                                                                " reached " + world_.role_label(),
-                                                            message->first))) {
+      if (auto stop = malformed_.drop(runtime::MessageError(
+              what + " from rank " + std::to_string(message->first) + " reached " + world_.role_label(),
+              message->first))) {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!failure_) failure_ = *stop;
       }

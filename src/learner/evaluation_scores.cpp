@@ -37,10 +37,25 @@ void write_scores(JsonWriter& json, const ScoreTable& table) {
   json.begin_object();
   for (const auto& [family, score] : table) {
     const Interval ci = score.success_interval();
-    json.key(family).begin_object().key("success").value(score.success_rate()).key("ci_low").value(ci.low)
-        .key("ci_high").value(ci.high).key("episodes").value(score.episodes).key("successes").value(score.successes)
-        .key("reward").value(score.mean_reward()).key("reward_sum").value(score.reward)
-        .key("env_failures").value(score.env_failures).end_object();
+    json.key(family)
+        .begin_object()
+        .key("success")
+        .value(score.success_rate())
+        .key("ci_low")
+        .value(ci.low)
+        .key("ci_high")
+        .value(ci.high)
+        .key("episodes")
+        .value(score.episodes)
+        .key("successes")
+        .value(score.successes)
+        .key("reward")
+        .value(score.mean_reward())
+        .key("reward_sum")
+        .value(score.reward)
+        .key("env_failures")
+        .value(score.env_failures)
+        .end_object();
   }
   json.end_object();
 }
@@ -63,8 +78,15 @@ void write_gains(JsonWriter& json, const ScoreTable& before, const ScoreTable& a
     const auto b = before.find(family);
     if (b == before.end()) continue;
     const Gain gain = success_gain(b->second, a);
-    json.key(family).begin_object().key("value").value(gain.value).key("ci_low").value(gain.interval.low)
-        .key("ci_high").value(gain.interval.high).end_object();
+    json.key(family)
+        .begin_object()
+        .key("value")
+        .value(gain.value)
+        .key("ci_low")
+        .value(gain.interval.low)
+        .key("ci_high")
+        .value(gain.interval.high)
+        .end_object();
   }
   json.end_object();
 }

@@ -17,8 +17,8 @@ std::string describe_scores(const ScoreTable& table) {
   std::string text;
   for (const auto& [family, score] : table) {
     const Interval ci = score.success_interval();
-    text += fmt::format("{}{} {:.0f}% [{:.0f}, {:.0f}]", text.empty() ? "" : ", ", family,
-                        100 * score.success_rate(), 100 * ci.low, 100 * ci.high);
+    text += fmt::format("{}{} {:.0f}% [{:.0f}, {:.0f}]", text.empty() ? "" : ", ", family, 100 * score.success_rate(),
+                        100 * ci.low, 100 * ci.high);
   }
   return text;
 }
@@ -61,8 +61,8 @@ std::optional<std::pair<EvaluationRecord, std::string>> EvaluationWatch::referen
   if (const auto stable = tags.find(kStableTag); stable != tags.end()) {
     if (auto record = read_evaluation(directory_, stable->second))
       return std::make_pair(*record, "stable v" + std::to_string(stable->second));
-    spdlog::warn("evaluation: the stable version v{} has no evaluation in {}; comparing with the base",
-                 stable->second, directory_);
+    spdlog::warn("evaluation: the stable version v{} has no evaluation in {}; comparing with the base", stable->second,
+                 directory_);
   }
   if (auto base = read_evaluation(directory_, -1)) return std::make_pair(*base, std::string("the base"));
   return std::nullopt;
@@ -89,16 +89,18 @@ void EvaluationWatch::roll_back_to_stable() {
     storage::CheckpointStore store(directory_);
     const std::map<std::string, std::int64_t> tags = store.tags();
     if (!tags.count(kStableTag)) {
-      spdlog::warn("auto_rollback: {} evaluations in a row regressed, but no version is tagged stable in {} "
-                   "(moerl checkpoint accept tags one); the job goes on",
-                   config_.eval.rollback_after, directory_);
+      spdlog::warn(
+          "auto_rollback: {} evaluations in a row regressed, but no version is tagged stable in {} "
+          "(moerl checkpoint accept tags one); the job goes on",
+          config_.eval.rollback_after, directory_);
       return;
     }
     const storage::RollbackResult moved = store.rollback_to(kStableTag);
     telemetry::metrics().add("learner.auto_rollbacks");
-    spdlog::warn("auto_rollback: {} evaluations in a row regressed; `latest` moved to stable v{} (from {}); the "
-                 "learners load it after this step",
-                 config_.eval.rollback_after, moved.to, moved.from ? "v" + std::to_string(*moved.from) : "none");
+    spdlog::warn(
+        "auto_rollback: {} evaluations in a row regressed; `latest` moved to stable v{} (from {}); the "
+        "learners load it after this step",
+        config_.eval.rollback_after, moved.to, moved.from ? "v" + std::to_string(*moved.from) : "none");
   } catch (const Error& error) {
     spdlog::error("auto_rollback: could not return to stable in {}: {}", directory_, error.what());
   }

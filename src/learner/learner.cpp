@@ -69,8 +69,9 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
     coordinator_ = std::make_unique<Coordinator>(config, world, mailbox, learners_, inbox_, heartbeat);
     MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
     sync_comm_ = sync_comm;
-    publisher_ = std::make_unique<sync::WeightPublisher>(*sync_comm, sync::module_weight_views(*policy_),
-                                                         sync::sync_options(config.sync, config.cluster.message_timeout_s));
+    publisher_ =
+        std::make_unique<sync::WeightPublisher>(*sync_comm, sync::module_weight_views(*policy_),
+                                                sync::sync_options(config.sync, config.cluster.message_timeout_s));
   }
   if (world.is_coordinator()) {
     checkpoints_ = std::make_unique<CheckpointSchedule>(config);
@@ -93,9 +94,9 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
                      state->rng_states.size(), learners_);
       }
       if (coordinator_) {
-        coordinator_->resume(static_cast<std::uint64_t>(state->next_group), static_cast<std::uint64_t>(state->next_seed),
-                             version_, state->coordinator_books, step_, runtime::launcher_restarts(),
-                             runtime::launcher_restart_cause());
+        coordinator_->resume(static_cast<std::uint64_t>(state->next_group),
+                             static_cast<std::uint64_t>(state->next_seed), version_, state->coordinator_books, step_,
+                             runtime::launcher_restarts(), runtime::launcher_restart_cause());
         checkpoints_->accept_latest();
         telemetry::metrics().add("learner.dropped_groups", static_cast<double>(staleness_.dropped_groups));
       }
@@ -134,7 +135,8 @@ std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t&
     }
     // Deterministic mode: (group, sample index) order, not arrival order (episode ids encode both there).
     if (config_.run.deterministic)
-      std::sort(episodes.begin(), episodes.end(), [](const auto& a, const auto& b) { return a.episode_id < b.episode_id; });
+      std::sort(episodes.begin(), episodes.end(),
+                [](const auto& a, const auto& b) { return a.episode_id < b.episode_id; });
     std::int32_t oldest = std::numeric_limits<std::int32_t>::max();
     for (const auto& e : episodes) {
       if (e.min_version() >= 0) oldest = std::min(oldest, e.min_version());
@@ -191,11 +193,13 @@ void Learner::checkpoint_step(bool done, double reward_mean) {
   const size_t mine = kHead + rng.size() * static_cast<size_t>(learner_comm_.rank());
   for (size_t i = 0; i < rng.size(); ++i) shared[mine + i] = rng[i];
   if (learners_ > 1)
-    learner_comm_.allreduce_sum(shared.data(), shared.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);
+    learner_comm_.allreduce_sum(shared.data(), shared.size(), comm::DataType::Float64,
+                                config_.cluster.message_timeout_s);
   StalenessAccount step;
   step.taken_groups = static_cast<std::int64_t>(shared[2]);
   step.dropped_groups = static_cast<std::int64_t>(shared[3]);
-  for (int lag = 0; lag < StalenessAccount::kLagBuckets; ++lag) step.add_tokens(lag, static_cast<std::int64_t>(shared[4 + lag]));
+  for (int lag = 0; lag < StalenessAccount::kLagBuckets; ++lag)
+    step.add_tokens(lag, static_cast<std::int64_t>(shared[4 + lag]));
   staleness_.add(step);
   staleness_step_ = StalenessAccount{};
   for (int r = 0; r < learners_; ++r) {
@@ -212,7 +216,8 @@ void Learner::checkpoint_step(bool done, double reward_mean) {
 
 void Learner::roll_back_to(std::int64_t version) {
   const std::int64_t from = version_;
-  const LearnerState loaded = load_checkpoint_version(config_, version, *policy_, optimizer_.get(), value_head_module());
+  const LearnerState loaded =
+      load_checkpoint_version(config_, version, *policy_, optimizer_.get(), value_head_module());
   // A new policy version carries the rolled-back weights, so that every
   // trajectory's versions stay monotonic and staleness keeps its meaning.
   ++version_;
@@ -220,9 +225,10 @@ void Learner::roll_back_to(std::int64_t version) {
   telemetry::metrics().add("learner.rollbacks");
   telemetry::metrics().set("learner.rolled_back_to", static_cast<double>(version));
   if (world_.is_coordinator())
-    spdlog::warn("rollback: `latest` was moved to v{} (learner step {}); loaded its weights and optimizer state "
-                 "in place of v{}; publishing them as policy version {}",
-                 loaded.version, loaded.step, from, version_);
+    spdlog::warn(
+        "rollback: `latest` was moved to v{} (learner step {}); loaded its weights and optimizer state "
+        "in place of v{}; publishing them as policy version {}",
+        loaded.version, loaded.step, from, version_);
   publish_weights();
 }
 
@@ -243,8 +249,9 @@ void Learner::recover_sync_group() {
   // header broadcasts fail once the group is revoked, which survivors() does).
   sync_survivors_ = sync_comm_->survivors();
   sync_comm_ = sync_survivors_.get();
-  publisher_ = std::make_unique<sync::WeightPublisher>(*sync_comm_, sync::module_weight_views(*policy_),
-                                                       sync::sync_options(config_.sync, config_.cluster.message_timeout_s));
+  publisher_ =
+      std::make_unique<sync::WeightPublisher>(*sync_comm_, sync::module_weight_views(*policy_),
+                                              sync::sync_options(config_.sync, config_.cluster.message_timeout_s));
   telemetry::metrics().add("learner.sync_recoveries");
   spdlog::warn("learner 0: weight-sync group rebuilt with {} members; publishing version {} again", sync_comm_->size(),
                version_);
@@ -299,7 +306,8 @@ std::int64_t Learner::episodes_to_drain() {
     for (size_t l = 0; l < expected.size(); ++l) expected[l] = static_cast<double>(assigned[l]);
   }
   if (learners_ > 1)
-    learner_comm_.allreduce_sum(expected.data(), expected.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);
+    learner_comm_.allreduce_sum(expected.data(), expected.size(), comm::DataType::Float64,
+                                config_.cluster.message_timeout_s);
   return static_cast<std::int64_t>(expected[static_cast<size_t>(learner_comm_.rank())]);
 }
 
@@ -376,11 +384,13 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
        << " | eta " << format_duration(per_step * static_cast<double>(config_.optim.total_steps - st.step - 1));
   if (st.dropped_groups) line << " | dropped " << st.dropped_groups << " stale groups";
   if (st.env_failures)
-    line << " | env failures " << st.env_failures << " (" << st.failed_groups << " groups left with nothing to train on)";
+    line << " | env failures " << st.env_failures << " (" << st.failed_groups
+         << " groups left with nothing to train on)";
   if (value_head_)
     line << std::setprecision(3) << " | value loss " << st.value_loss << " ev " << std::setprecision(2)
          << st.explained_variance << " (group means " << st.group_explained_variance << ")";
-  if (st.router_disagreement >= 0) line << " | router disagrees " << std::setprecision(1) << 100 * st.router_disagreement << "%";
+  if (st.router_disagreement >= 0)
+    line << " | router disagrees " << std::setprecision(1) << 100 * st.router_disagreement << "%";
   std::printf("%s\n", line.str().c_str());
   std::fflush(stdout);
   auto& m = telemetry::metrics();
@@ -439,7 +449,8 @@ void Learner::run(runtime::StopCoordinator& stop) {
     // learner: all of them step, or none does (a round of only failed or stale groups).
     double counts[5] = {static_cast<double>(taken), static_cast<double>(dropped), static_cast<double>(failed),
                         static_cast<double>(batch.size()), static_cast<double>(failure_records_)};
-    if (learners_ > 1) learner_comm_.allreduce_sum(counts, 5, comm::DataType::Float64, config_.cluster.message_timeout_s);
+    if (learners_ > 1)
+      learner_comm_.allreduce_sum(counts, 5, comm::DataType::Float64, config_.cluster.message_timeout_s);
     if (counts[3] == 0) {
       // No step from zero episodes: new groups replace these (nothing is published or saved).
       telemetry::metrics().add("learner.empty_rounds");
@@ -468,7 +479,8 @@ void Learner::run(runtime::StopCoordinator& stop) {
     report(stats, now_s() - training_started, first_step);
     if (coordinator_) coordinator_->write_metrics_line(step_);
     // Before checkpoint_step: an automatic rollback is then taken at this step.
-    if (evaluations_) evaluations_->after_step(*coordinator_, coordinator_->phase() != TaskCoordinator::Phase::EvalBefore);
+    if (evaluations_)
+      evaluations_->after_step(*coordinator_, coordinator_->phase() != TaskCoordinator::Phase::EvalBefore);
     last_reward = stats.reward_mean;
     checkpoint_step(done, last_reward);
     if (step_observer_) step_observer_(stats);

@@ -33,8 +33,9 @@ algo::PolicyLossOptions loss_options(const config::AlgoSection& a, std::int64_t 
       break;
   }
   o.importance_cap = a.importance_cap;
-  o.kl_estimator = a.kl == config::KlMode::K1 ? algo::KlEstimator::KlK1
-                   : a.kl == config::KlMode::K3 ? algo::KlEstimator::KlK3 : algo::KlEstimator::KlNone;
+  o.kl_estimator = a.kl == config::KlMode::K1   ? algo::KlEstimator::KlK1
+                   : a.kl == config::KlMode::K3 ? algo::KlEstimator::KlK3
+                                                : algo::KlEstimator::KlNone;
   o.kl_coef = a.kl_coef;
   o.entropy_coef = a.entropy_coef;
   return o;
@@ -66,7 +67,8 @@ void Learner::allreduce_gradients() {
   for (auto& p : trainable_parameters())
     pieces.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
   torch::Tensor flat = torch::cat(pieces).contiguous();
-  auto request = learner_comm_.allreduce_sum_async(flat.data_ptr(), static_cast<size_t>(flat.numel()), comm::DataType::Float32);
+  auto request =
+      learner_comm_.allreduce_sum_async(flat.data_ptr(), static_cast<size_t>(flat.numel()), comm::DataType::Float32);
   // The receiving threads keep taking episodes meanwhile; this wait has the message deadline.
   request->wait(config_.cluster.message_timeout_s);
   flat.div_(static_cast<double>(learners_));
@@ -85,13 +87,14 @@ void Learner::allreduce_gradients() {
 // Episode-level inputs of the loss: rewards (with the overlong penalty),
 // group-relative advantages and which episodes dynamic sampling keeps.
 struct Learner::EpisodeTargets {
-  torch::Tensor advantages;  // [N]; undefined for PPO (per turn, from the value head)
+  torch::Tensor advantages;        // [N]; undefined for PPO (per turn, from the value head)
   std::vector<float> final_bonus;  // [N] overlong penalty (PPO adds it to the last turn)
-  torch::Tensor kept;        // [N] float 0/1
+  torch::Tensor kept;              // [N] float 0/1
   double kept_sequences = 0;
 };
 
-Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st) {
+Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout::Trajectory*>& episodes,
+                                                 StepStats& st) {
   const auto n = static_cast<std::int64_t>(episodes.size());
   std::vector<float> reward_values, generated_lengths;
   std::vector<std::int64_t> group_values;
@@ -116,7 +119,8 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
     overlong.max_length = config_.rollout.max_tokens_per_episode;
     overlong.cache_length = std::min(config_.algo.overlong_cache_tokens, config_.rollout.max_tokens_per_episode);
     overlong.factor = config_.algo.overlong_factor;
-    const torch::Tensor penalty = algo::overlong_penalty(torch::tensor(generated_lengths), overlong).to(torch::kFloat32);
+    const torch::Tensor penalty =
+        algo::overlong_penalty(torch::tensor(generated_lengths), overlong).to(torch::kFloat32);
     rewards = rewards + penalty;
     targets.final_bonus.assign(penalty.data_ptr<float>(), penalty.data_ptr<float>() + n);
   }
@@ -179,8 +183,7 @@ std::pair<double, double> Learner::router_disagreement(const EpisodeBatch& batch
   return {differs.sum().item<double>(), static_cast<double>(differs.numel())};
 }
 
-void Learner::record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay,
-                                        StepStats& st) {
+void Learner::record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay, StepStats& st) {
   bool routed = replay && config_.algo.routing_check_interval > 0 && step_ % config_.algo.routing_check_interval == 0;
   for (const EpisodeBatch* b : batches) {
     st.generated_tokens += b->generated_tokens;
@@ -230,9 +233,10 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       batches.push_back(make_episode_batch(part, replay));
       ranges.emplace_back(begin, end);
       const EpisodeBatch& b = batches.back();
-      total_counted += (b.loss_mask * algo::broadcast_to_tokens(targets.kept.narrow(0, begin, end - begin), b.sequence_index))
-                           .sum()
-                           .item<double>();
+      total_counted +=
+          (b.loss_mask * algo::broadcast_to_tokens(targets.kept.narrow(0, begin, end - begin), b.sequence_index))
+              .sum()
+              .item<double>();
     }
     local_tokens = total_counted;
     {
@@ -285,8 +289,8 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       if (config_.algo.entropy_coef > 0) inputs.entropy = algo::token_entropy_from_logits(out.logits);
       if (reference_) {
         torch::NoGradGuard no_grad;
-        inputs.logp_reference =
-            target_logprobs(reference_->forward(batch.inputs, batch.lengths, batch.forced_experts).logits, batch.targets);
+        inputs.logp_reference = target_logprobs(
+            reference_->forward(batch.inputs, batch.lengths, batch.forced_experts).logits, batch.targets);
       }
       const algo::LossResult result = algo::policy_loss(inputs, options);
       torch::Tensor loss = result.loss * share;
@@ -303,7 +307,8 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   }
   // Every learner joins the all-reduce, with or without data.
   double all_tokens = local_tokens;
-  if (learners_ > 1) learner_comm_.allreduce_sum(&all_tokens, 1, comm::DataType::Float64, config_.cluster.message_timeout_s);
+  if (learners_ > 1)
+    learner_comm_.allreduce_sum(&all_tokens, 1, comm::DataType::Float64, config_.cluster.message_timeout_s);
   allreduce_gradients();
   if (all_tokens > 0) {
     if (config_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(policy_->parameters(), config_.optim.grad_clip);

@@ -7,8 +7,8 @@
 namespace moerl::learner {
 
 PpoTargets ppo_targets(const EpisodeBatch& batch, const torch::Tensor& hidden, ValueHeadImpl& value_head,
-                       const std::vector<const rollout::Trajectory*>& episodes,
-                       const std::vector<float>& final_bonus, const PpoOptions& options) {
+                       const std::vector<const rollout::Trajectory*>& episodes, const std::vector<float>& final_bonus,
+                       const PpoOptions& options) {
   const EpisodeTurns turns = episode_turns(episodes, final_bonus);
   const algo::TurnLayout layout = algo::make_turn_layout(batch.sequence_index, turns.turn_index, batch.loss_mask,
                                                          static_cast<std::int64_t>(episodes.size()));
@@ -16,7 +16,8 @@ PpoTargets ppo_targets(const EpisodeBatch& batch, const torch::Tensor& hidden, V
   algo::GaeOptions gae_options;
   gae_options.gamma = options.gamma;
   gae_options.lambda = options.lambda;
-  const algo::GaeResult gae = algo::gae_over_turns(turns.turn_rewards, values.detach(), layout.turn_episode, gae_options);
+  const algo::GaeResult gae =
+      algo::gae_over_turns(turns.turn_rewards, values.detach(), layout.turn_episode, gae_options);
   torch::Tensor advantages = gae.advantages;
   if (options.whiten_advantages && advantages.numel() > 1)
     advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-6);

@@ -62,8 +62,10 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
               config.pretrain.lr, config.pretrain.cosine ? " with cosine decay" : "",
               static_cast<long long>(config.pretrain.warmup_steps));
 
-  const LrSchedule schedule{config.pretrain.lr, config.pretrain.warmup_steps, config.pretrain.steps, config.pretrain.cosine};
-  torch::optim::AdamW optimizer(policy->parameters(), torch::optim::AdamWOptions(config.pretrain.lr).betas({0.9, 0.95}));
+  const LrSchedule schedule{config.pretrain.lr, config.pretrain.warmup_steps, config.pretrain.steps,
+                            config.pretrain.cosine};
+  torch::optim::AdamW optimizer(policy->parameters(),
+                                torch::optim::AdamWOptions(config.pretrain.lr).betas({0.9, 0.95}));
   policy->train();
   const auto batch = static_cast<size_t>(config.pretrain.batch_episodes);
   size_t cursor = 0;
@@ -74,7 +76,8 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
     for (size_t i = 0; i < batch; ++i) chosen.push_back(&demos[(cursor + i) % demos.size()]);
     cursor = (cursor + batch) % demos.size();
     std::int64_t longest = 0;
-    for (const auto* c : chosen) longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(c->tokens.size()) - 1);
+    for (const auto* c : chosen)
+      longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(c->tokens.size()) - 1);
     const auto b = static_cast<std::int64_t>(chosen.size());
     torch::Tensor inputs = torch::full({b, longest}, text::SpecialTokens::kPad, torch::kInt64);
     torch::Tensor lengths = torch::empty({b}, torch::kInt64);
@@ -105,8 +108,8 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
     optimizer.step();
 
     const double loss_value = loss.item<double>();
-    const double accuracy =
-        ((logp.argmax(1) == target).to(torch::kFloat32) * weight).sum().item<double>() / std::max(1.0, weight.sum().item<double>());
+    const double accuracy = ((logp.argmax(1) == target).to(torch::kFloat32) * weight).sum().item<double>() /
+                            std::max(1.0, weight.sum().item<double>());
     if (step == 0) report.first_loss = loss_value;
     recent_loss += loss_value;
     recent_accuracy += accuracy;
@@ -114,8 +117,9 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
     if ((step + 1) % log_every == 0 || step + 1 == config.pretrain.steps) {
       report.final_loss = recent_loss / recent;
       report.final_accuracy = recent_accuracy / recent;
-      std::printf("pretrain step %lld/%lld: loss %.3f, action-token accuracy %.1f%%\n", static_cast<long long>(step + 1),
-                  static_cast<long long>(config.pretrain.steps), report.final_loss, 100 * report.final_accuracy);
+      std::printf("pretrain step %lld/%lld: loss %.3f, action-token accuracy %.1f%%\n",
+                  static_cast<long long>(step + 1), static_cast<long long>(config.pretrain.steps), report.final_loss,
+                  100 * report.final_accuracy);
       std::fflush(stdout);
       recent_loss = recent_accuracy = 0;
       recent = 0;
@@ -221,8 +225,8 @@ void load_policy(model::Policy policy, const std::string& path) {
   // Check everything before copying anything, so a misfit leaves the policy as it was.
   const NamedTensors wanted = policy_tensors(policy);
   if (const std::string problems = compare_tensors(saved, wanted); !problems.empty())
-    throw Error("cannot load policy weights from '" + path + "': they do not fit the configured [model]/[moe]: " +
-                problems);
+    throw Error("cannot load policy weights from '" + path +
+                "': they do not fit the configured [model]/[moe]: " + problems);
   torch::NoGradGuard no_grad;
   for (const auto& [name, tensor] : wanted) tensor.copy_(saved.at(name));
 }

@@ -65,8 +65,7 @@ std::string FailureTally::describe() const {
 FamilyBreaker::FamilyBreaker(std::int64_t failures_to_pause, double cooldown_s)
     : failures_to_pause_(failures_to_pause), cooldown_s_(cooldown_s) {}
 
-bool FamilyBreaker::on_failure(const std::string& family, std::int32_t streak, const std::string& error,
-                               double now) {
+bool FamilyBreaker::on_failure(const std::string& family, std::int32_t streak, const std::string& error, double now) {
   if (failures_to_pause_ <= 0 || streak < failures_to_pause_ || is_paused(family, now)) return false;
   State& state = families_[family];
   state.paused_until = now + cooldown_s_;

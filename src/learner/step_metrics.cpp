@@ -18,8 +18,7 @@ void record_step_metrics(std::int64_t step, std::int64_t version, std::int64_t t
   telemetry::record_expert_load(load);
 }
 
-void record_evaluation_metrics(const std::map<std::string, FamilyScore>& table, const std::string& mode,
-                               bool stable) {
+void record_evaluation_metrics(const std::map<std::string, FamilyScore>& table, const std::string& mode, bool stable) {
   auto& m = telemetry::metrics();
   for (const auto& [family, score] : table) {
     if (score.episodes == 0) continue;

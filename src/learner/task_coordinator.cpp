@@ -24,9 +24,13 @@ constexpr std::uint64_t kEvalSeedBase = 1ull << 40;
 
 TaskCoordinator::TaskCoordinator(const config::Config& config, runtime::Mailbox& mailbox, int learners,
                                  std::vector<int> actor_ranks)
-    : config_(config), mailbox_(mailbox), learners_(learners), actors_(std::move(actor_ranks)),
+    : config_(config),
+      mailbox_(mailbox),
+      learners_(learners),
+      actors_(std::move(actor_ranks)),
       assigned_episodes_(static_cast<size_t>(learners), 0),
-      breaker_(config.env.breaker_failures, config.env.breaker_cooldown_s), curriculum_(config),
+      breaker_(config.env.breaker_failures, config.env.breaker_cooldown_s),
+      curriculum_(config),
       periodic_(config.eval.every_steps, config.rollout.eval_temperature) {
   next_seed_ = static_cast<std::uint64_t>(config.run.seed) * 1000003ull;
   start_evaluation(0);
@@ -42,7 +46,9 @@ std::vector<rollout::TaskGroup> TaskCoordinator::evaluation_groups(std::int64_t 
     for (std::int64_t i = 0; i < per_family; ++i) {
       rollout::TaskGroup g;
       g.group_id = next_group_++;
-      g.task = env::make_task(config_, family, kEvalSeedBase + static_cast<std::uint64_t>(i) * 7919 + std::hash<std::string>{}(family) % 1000);
+      g.task = env::make_task(
+          config_, family,
+          kEvalSeedBase + static_cast<std::uint64_t>(i) * 7919 + std::hash<std::string>{}(family) % 1000);
       g.size = 1;
       g.evaluation = true;
       g.min_version = min_version;
@@ -59,7 +65,8 @@ std::vector<rollout::TaskGroup> TaskCoordinator::evaluation_groups(std::int64_t 
 
 void TaskCoordinator::start_evaluation(std::int64_t min_version) {
   eval_queue_.clear();
-  for (const rollout::TaskGroup& g : evaluation_groups(min_version, config_.rollout.eval_episodes)) eval_queue_.push_back(g);
+  for (const rollout::TaskGroup& g : evaluation_groups(min_version, config_.rollout.eval_episodes))
+    eval_queue_.push_back(g);
   eval_outstanding_ = static_cast<int>(eval_queue_.size());
   if (eval_outstanding_ == 0) phase_ = phase_ == Phase::EvalBefore ? Phase::Train : Phase::Done;
 }
@@ -185,7 +192,8 @@ void TaskCoordinator::record_evaluation(const rollout::Trajectory& episode) {
     return;
   }
   const bool greedy = greedy_groups_.count(episode.group_id) > 0;
-  ScoreTable& table = phase_ == Phase::EvalBefore ? (greedy ? before_greedy_ : before_) : (greedy ? after_greedy_ : after_);
+  ScoreTable& table =
+      phase_ == Phase::EvalBefore ? (greedy ? before_greedy_ : before_) : (greedy ? after_greedy_ : after_);
   FamilyScore& score = table[episode.task.family];
   if (episode.failed()) {
     ++score.env_failures;
@@ -236,9 +244,10 @@ void TaskCoordinator::record_failure(const rollout::Trajectory& record) {
   telemetry::metrics().add("learner.env_failures." + family + "." + env::failure_reason_name(record.failure));
   if (!breaker_.on_failure(family, record.failure_streak, record.error, runtime::monotonic_seconds())) return;
   telemetry::metrics().add("learner.family_pauses." + family);
-  spdlog::warn("env: family '{}' paused for {} s ([env] breaker_cooldown_s): actor {} saw {} sessions in a row fail "
-               "for good ([env] breaker_failures); the last: {}",
-               family, config_.env.breaker_cooldown_s, record.actor, record.failure_streak, record.error);
+  spdlog::warn(
+      "env: family '{}' paused for {} s ([env] breaker_cooldown_s): actor {} saw {} sessions in a row fail "
+      "for good ([env] breaker_failures); the last: {}",
+      family, config_.env.breaker_cooldown_s, record.actor, record.failure_streak, record.error);
 }
 
 bool TaskCoordinator::all_families_paused() const {
@@ -315,8 +324,8 @@ std::string signed_points(double rate) {
 std::string score_cell(const FamilyScore& score) {
   const Interval ci = score.success_interval();
   std::ostringstream out;
-  out << percent(score.success_rate()) << " (" << score.successes << "/" << score.episodes << ") ["
-      << std::fixed << std::setprecision(0) << 100 * ci.low << ", " << 100 * ci.high << "]";
+  out << percent(score.success_rate()) << " (" << score.successes << "/" << score.episodes << ") [" << std::fixed
+      << std::setprecision(0) << 100 * ci.low << ", " << 100 * ci.high << "]";
   return out.str();
 }
 
@@ -351,8 +360,9 @@ std::string TaskCoordinator::evaluation_table() const {
         << std::setw(18) << gain_cell(b, a);
     if (greedy) {
       const FamilyScore gb = score_of(before_greedy_, family), ga = score_of(after_greedy_, family);
-      out << std::setw(26) << (percent(gb.success_rate()) + " -> " + percent(ga.success_rate()) + " (" +
-                               signed_points(ga.success_rate() - gb.success_rate()) + ")");
+      out << std::setw(26)
+          << (percent(gb.success_rate()) + " -> " + percent(ga.success_rate()) + " (" +
+              signed_points(ga.success_rate() - gb.success_rate()) + ")");
     }
     std::ostringstream reward;
     reward << std::fixed << std::setprecision(3) << b.mean_reward() << " -> " << a.mean_reward();
@@ -370,10 +380,30 @@ namespace {
 void write_rank_failures(JsonWriter& json, const std::vector<RankFailure>& failures) {
   json.begin_array();
   for (const RankFailure& f : failures)
-    json.begin_object().key("rank").value(f.rank).key("role").value(f.role).key("role_index").value(f.role_index)
-        .key("host").value(f.host).key("kind").value(f.kind).key("detected_after_s").value(f.detected_after_s)
-        .key("recovered_after_s").value(f.recovered_after_s).key("sessions_migrated").value(f.sessions_migrated)
-        .key("episodes_restarted").value(f.episodes_restarted).key("step").value(f.step).key("steps_lost").value(f.steps_lost).end_object();
+    json.begin_object()
+        .key("rank")
+        .value(f.rank)
+        .key("role")
+        .value(f.role)
+        .key("role_index")
+        .value(f.role_index)
+        .key("host")
+        .value(f.host)
+        .key("kind")
+        .value(f.kind)
+        .key("detected_after_s")
+        .value(f.detected_after_s)
+        .key("recovered_after_s")
+        .value(f.recovered_after_s)
+        .key("sessions_migrated")
+        .value(f.sessions_migrated)
+        .key("episodes_restarted")
+        .value(f.episodes_restarted)
+        .key("step")
+        .value(f.step)
+        .key("steps_lost")
+        .value(f.steps_lost)
+        .end_object();
   json.end_array();
 }
 
@@ -391,7 +421,8 @@ std::vector<RankFailure> read_rank_failures(const JsonValue& value) {
     f.sessions_migrated = static_cast<int>(entry.at("sessions_migrated").as_number());
     f.episodes_restarted = static_cast<int>(entry.at("episodes_restarted").as_number());
     f.step = static_cast<std::int64_t>(entry.at("step").as_number());
-    if (const std::optional<JsonValue> lost = entry.find("steps_lost")) f.steps_lost = static_cast<std::int64_t>(lost->as_number());
+    if (const std::optional<JsonValue> lost = entry.find("steps_lost"))
+      f.steps_lost = static_cast<std::int64_t>(lost->as_number());
     failures.push_back(std::move(f));
   }
   return failures;

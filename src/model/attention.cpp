@@ -9,8 +9,7 @@
 
 namespace moerl::model {
 
-AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths,
-                                    const std::vector<std::int64_t>& past,
+AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& past,
                                     const std::vector<std::int64_t>& slots, std::int64_t max_new,
                                     const torch::Device& device, std::int64_t sliding_window) {
   const auto rows = static_cast<std::int64_t>(lengths.size());
@@ -26,9 +25,9 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths,
   for (std::int64_t b = 0; b < rows; ++b) {
     const std::int64_t len = lengths[static_cast<std::size_t>(b)];
     const std::int64_t p0 = past[static_cast<std::size_t>(b)];
-    MOERL_CHECK(len >= 1 && len <= max_new,
-                "row " + std::to_string(b) + " has length " + std::to_string(len) +
-                    "; every row needs between 1 and " + std::to_string(max_new) + " tokens");
+    MOERL_CHECK(len >= 1 && len <= max_new, "row " + std::to_string(b) + " has length " + std::to_string(len) +
+                                                "; every row needs between 1 and " + std::to_string(max_new) +
+                                                " tokens");
     batch.max_total = std::max(batch.max_total, p0 + len);
     for (std::int64_t i = 0; i < len; ++i) {
       token_index.push_back(b * max_new + i);
@@ -40,9 +39,7 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths,
   }
   batch.tokens = static_cast<std::int64_t>(token_index.size());
   const auto i64 = torch::TensorOptions().dtype(torch::kLong);
-  auto to_tensor = [&](const std::vector<std::int64_t>& v) {
-    return torch::tensor(v, i64).to(device);
-  };
+  auto to_tensor = [&](const std::vector<std::int64_t>& v) { return torch::tensor(v, i64).to(device); };
   batch.token_index = to_tensor(token_index);
   batch.token_row = to_tensor(token_row);
   batch.positions = to_tensor(positions);
@@ -52,13 +49,13 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths,
     batch.token_slots = to_tensor(token_slots);
   }
   // allowed[b, i, j] = j <= past[b] + i  &&  j < past[b] + lengths[b]
-  const torch::Tensor past_t = to_tensor(past);                        // [B]
-  const torch::Tensor total_t = past_t + to_tensor(lengths);           // [B]
+  const torch::Tensor past_t = to_tensor(past);               // [B]
+  const torch::Tensor total_t = past_t + to_tensor(lengths);  // [B]
   const torch::Tensor query_pos =
       past_t.unsqueeze(1) + torch::arange(max_new, i64.device(device)).unsqueeze(0);  // [B, S]
-  const torch::Tensor key_pos = torch::arange(batch.max_total, i64.device(device));  // [L]
-  torch::Tensor allowed = key_pos.view({1, 1, -1}).le(query_pos.unsqueeze(2)) &
-                          key_pos.view({1, 1, -1}).lt(total_t.view({-1, 1, 1}));
+  const torch::Tensor key_pos = torch::arange(batch.max_total, i64.device(device));   // [L]
+  torch::Tensor allowed =
+      key_pos.view({1, 1, -1}).le(query_pos.unsqueeze(2)) & key_pos.view({1, 1, -1}).lt(total_t.view({-1, 1, 1}));
   if (sliding_window > 0) {
     allowed = allowed & key_pos.view({1, 1, -1}).gt(query_pos.unsqueeze(2) - sliding_window);
   }
@@ -72,15 +69,14 @@ AttentionImpl::AttentionImpl(const config::ModelSection& model)
       rope_theta(model.rope_theta),
       qk_norm_mode(model.qk_norm) {
   MOERL_CHECK(num_heads > 0 && (model.head_dim > 0 || model.d_model % num_heads == 0),
-              "model.d_model (" + std::to_string(model.d_model) +
-                  ") must be a multiple of model.num_heads (" + std::to_string(num_heads) +
-                  ") unless model.head_dim is set");
-  MOERL_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0,
-              "model.num_kv_heads (" + std::to_string(num_kv_heads) +
-                  ") must divide model.num_heads (" + std::to_string(num_heads) + ")");
+              "model.d_model (" + std::to_string(model.d_model) + ") must be a multiple of model.num_heads (" +
+                  std::to_string(num_heads) + ") unless model.head_dim is set");
+  MOERL_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0, "model.num_kv_heads (" + std::to_string(num_kv_heads) +
+                                                                     ") must divide model.num_heads (" +
+                                                                     std::to_string(num_heads) + ")");
   head_dim = attention_head_dim(model);
-  MOERL_CHECK(head_dim % 2 == 0, "the attention head size must be even for rotary embedding, got " +
-                                     std::to_string(head_dim));
+  MOERL_CHECK(head_dim % 2 == 0,
+              "the attention head size must be even for rotary embedding, got " + std::to_string(head_dim));
   auto linear = [](std::int64_t in, std::int64_t out, bool bias) {
     return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
   };
@@ -115,14 +111,14 @@ torch::Tensor AttentionImpl::project_key(const torch::Tensor& x) {
   return k;
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatch& batch,
-                                     KVCache* cache, std::int64_t layer) {
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatch& batch, KVCache* cache,
+                                     std::int64_t layer) {
   const std::int64_t T = x.size(0);
   const std::int64_t B = batch.batch;
   const std::int64_t S = batch.max_new;
   const std::int64_t group = num_heads / num_kv_heads;
-  MOERL_CHECK(T == batch.tokens, "attention: x has " + std::to_string(T) +
-                                     " tokens, the batch describes " + std::to_string(batch.tokens));
+  MOERL_CHECK(T == batch.tokens,
+              "attention: x has " + std::to_string(T) + " tokens, the batch describes " + std::to_string(batch.tokens));
 
   const torch::Tensor q = apply_rotary(project_query(x), batch.positions, rope_theta);
   const torch::Tensor k = apply_rotary(project_key(x), batch.positions, rope_theta);
@@ -166,13 +162,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatc
   // key masked only if its sequence were empty (rejected above), but a finite
   // value also keeps gradients free of NaN should that ever change.
   scores = scores.masked_fill(batch.allowed.logical_not(), -std::numeric_limits<float>::max());
-  const torch::Tensor probs = torch::softmax(scores, -1).to(x.scalar_type())
-                                  .view({B, num_kv_heads, group * S, L});
-  const torch::Tensor context = torch::matmul(probs, v_t)                  // [B, kvh, G*S, D]
+  const torch::Tensor probs = torch::softmax(scores, -1).to(x.scalar_type()).view({B, num_kv_heads, group * S, L});
+  const torch::Tensor context = torch::matmul(probs, v_t)  // [B, kvh, G*S, D]
                                     .view({B, num_kv_heads, group, S, head_dim})
-                                    .permute({0, 3, 1, 2, 4})                // [B, S, kvh, G, D]
+                                    .permute({0, 3, 1, 2, 4})  // [B, S, kvh, G, D]
                                     .reshape({B * S, num_heads * head_dim})
-                                    .index_select(0, batch.token_index);    // [T, H*D]
+                                    .index_select(0, batch.token_index);  // [T, H*D]
   return o_proj(context);
 }
 

@@ -50,8 +50,8 @@ HfLoadStats load_hf_weights(PolicyImpl& policy, const std::string& dir, hf::Arch
     shapes.push_back({item.key(), std::vector<std::int64_t>(item.value().sizes().begin(), item.value().sizes().end())});
   }
   // Everything is matched and checked before the first copy.
-  const std::vector<hf::TensorSource> plan = hf::plan_hf_load(files, shapes, policy.moe_config().num_experts, arch,
-                                                      policy.model_config().tie_embeddings);
+  const std::vector<hf::TensorSource> plan =
+      hf::plan_hf_load(files, shapes, policy.moe_config().num_experts, arch, policy.model_config().tie_embeddings);
   HfLoadStats stats;
   stats.files = files.num_files();
   torch::NoGradGuard no_grad;

@@ -19,28 +19,24 @@ constexpr double kInt8Max = 127.0;
 
 }  // namespace
 
-const char* kv_cache_dtype_name(KVCacheDtype dtype) {
-  return dtype == KVCacheDtype::Int8 ? "int8" : "float32";
-}
+const char* kv_cache_dtype_name(KVCacheDtype dtype) { return dtype == KVCacheDtype::Int8 ? "int8" : "float32"; }
 
-KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options,
-                 std::int64_t initial_slots, std::int64_t initial_capacity, KVCacheDtype dtype)
+KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options, std::int64_t initial_slots,
+                 std::int64_t initial_capacity, KVCacheDtype dtype)
     : num_layers_(model.num_layers),
       num_kv_heads_(model.num_kv_heads),
       head_dim_(attention_head_dim(model)),
       max_seq_len_(model.max_seq_len),
       options_(options),
       dtype_(dtype) {
-  MOERL_CHECK(initial_slots > 0 && initial_capacity > 0,
-              "KVCache needs positive initial slots and capacity");
+  MOERL_CHECK(initial_slots > 0 && initial_capacity > 0, "KVCache needs positive initial slots and capacity");
   MOERL_CHECK(model.num_heads > 0 && head_dim_ > 0, "KVCache: the model needs heads of a positive size");
   const std::int64_t capacity = std::min(initial_capacity, max_seq_len_);
   init(initial_slots, initial_slots * blocks_for(capacity));
   table_width_ = std::max<std::int64_t>(1, blocks_for(capacity));
 }
 
-KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options,
-                 const PagedCacheOptions& paged)
+KVCache::KVCache(const config::ModelSection& model, torch::TensorOptions options, const PagedCacheOptions& paged)
     : num_layers_(model.num_layers),
       num_kv_heads_(model.num_kv_heads),
       head_dim_(attention_head_dim(model)),
@@ -78,7 +74,8 @@ void KVCache::grow_pool(std::int64_t blocks) {
   values_ = make(values_, {num_layers_, blocks, block_size_, num_kv_heads_, head_dim_}, stored);
   if (int8) {
     key_scales_ = make(key_scales_, {num_layers_, blocks, block_size_, num_kv_heads_}, options_.dtype(torch::kFloat));
-    value_scales_ = make(value_scales_, {num_layers_, blocks, block_size_, num_kv_heads_}, options_.dtype(torch::kFloat));
+    value_scales_ =
+        make(value_scales_, {num_layers_, blocks, block_size_, num_kv_heads_}, options_.dtype(torch::kFloat));
   }
   // Push the new blocks so that the lowest one is popped first.
   for (std::int64_t b = blocks - 1; b >= num_blocks_; --b) free_blocks_.push_back(b);
@@ -170,8 +167,7 @@ std::vector<std::int64_t> KVCache::slots_of(const std::vector<SequenceId>& ids) 
   for (SequenceId id : ids) {
     auto it = entries_.find(id);
     MOERL_CHECK(it != entries_.end(), "KVCache: unknown sequence " + std::to_string(id));
-    MOERL_CHECK(seen.insert(id).second, "KVCache: sequence " + std::to_string(id) +
-                                            " appears twice in one step");
+    MOERL_CHECK(seen.insert(id).second, "KVCache: sequence " + std::to_string(id) + " appears twice in one step");
     slots.push_back(it->second.slot);
   }
   return slots;
@@ -220,8 +216,8 @@ void KVCache::prepare(const std::vector<SequenceId>& ids, const std::vector<std:
     const std::int64_t target = max_blocks_ > 0 ? std::min(want, max_blocks_) : want;
     if (target - num_blocks_ + free < needed) {
       throw KVCacheFullError("KVCache: the step needs " + std::to_string(needed) + " new blocks but only " +
-                             std::to_string(blocks_available()) + " of max_blocks = " +
-                             std::to_string(max_blocks_) + " are free");
+                             std::to_string(blocks_available()) + " of max_blocks = " + std::to_string(max_blocks_) +
+                             " are free");
     }
     grow_pool(target);
   }
@@ -272,7 +268,7 @@ void KVCache::store(torch::Tensor& pool, torch::Tensor& scales, std::int64_t lay
   }
   const torch::Tensor x = data.to(torch::kFloat);
   // A zero vector keeps scale 0 and dequantises to zeros; no division by it.
-  const torch::Tensor scale = x.abs().amax(-1) / kInt8Max;                          // [T, kvh]
+  const torch::Tensor scale = x.abs().amax(-1) / kInt8Max;  // [T, kvh]
   const torch::Tensor safe = torch::where(scale > 0, scale, torch::ones_like(scale));
   const torch::Tensor q = (x / safe.unsqueeze(-1)).round().clamp(-kInt8Max, kInt8Max).to(torch::kInt8);
   pool.select(0, layer).index_put_({block, offset}, q);
@@ -283,9 +279,8 @@ torch::Tensor KVCache::gather(const torch::Tensor& pool, const torch::Tensor& sc
                               const torch::Tensor& slots, std::int64_t length) const {
   const std::int64_t rows = slots.size(0);
   const std::int64_t nb = blocks_for(length);
-  MOERL_CHECK(nb <= table_width_, "KVCache::gather: length " + std::to_string(length) +
-                                      " exceeds the block table (" + std::to_string(capacity()) +
-                                      " positions); call prepare() first");
+  MOERL_CHECK(nb <= table_width_, "KVCache::gather: length " + std::to_string(length) + " exceeds the block table (" +
+                                      std::to_string(capacity()) + " positions); call prepare() first");
   const torch::Tensor blocks = block_table().index_select(0, slots).narrow(1, 0, nb).reshape({-1});  // [B*nb]
   const torch::Tensor stored = pool.select(0, layer)
                                    .index_select(0, blocks)                                   // [B*nb, bs, kvh, D]
@@ -293,19 +288,17 @@ torch::Tensor KVCache::gather(const torch::Tensor& pool, const torch::Tensor& sc
                                    .narrow(1, 0, length);
   if (dtype_ == KVCacheDtype::Float) return stored;
   const torch::Tensor scale = scales.select(0, layer)
-                                  .index_select(0, blocks)                      // [B*nb, bs, kvh]
+                                  .index_select(0, blocks)  // [B*nb, bs, kvh]
                                   .view({rows, nb * block_size_, num_kv_heads_})
                                   .narrow(1, 0, length);
   return (stored.to(torch::kFloat) * scale.unsqueeze(-1)).to(options_.dtype().toScalarType());
 }
 
-torch::Tensor KVCache::gather_keys(std::int64_t layer, const torch::Tensor& slots,
-                                   std::int64_t length) const {
+torch::Tensor KVCache::gather_keys(std::int64_t layer, const torch::Tensor& slots, std::int64_t length) const {
   return gather(keys_, key_scales_, layer, slots, length);
 }
 
-torch::Tensor KVCache::gather_values(std::int64_t layer, const torch::Tensor& slots,
-                                     std::int64_t length) const {
+torch::Tensor KVCache::gather_values(std::int64_t layer, const torch::Tensor& slots, std::int64_t length) const {
   return gather(values_, value_scales_, layer, slots, length);
 }
 

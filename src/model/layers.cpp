@@ -31,8 +31,7 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
 }
 
 torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, double theta) {
-  MOERL_CHECK(x.dim() == 3, "apply_rotary expects x as [T, heads, head_dim], got " +
-                                std::to_string(x.dim()) + " dims");
+  MOERL_CHECK(x.dim() == 3, "apply_rotary expects x as [T, heads, head_dim], got " + std::to_string(x.dim()) + " dims");
   const std::int64_t tokens = x.size(0);
   const std::int64_t head_dim = x.size(2);
   const std::int64_t half = head_dim / 2;
@@ -44,18 +43,17 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& position
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(x.device());
   const torch::Tensor inv_freq =
       torch::pow(theta, torch::arange(0, half, f64).mul(-2.0 / static_cast<double>(head_dim)));
-  const torch::Tensor angles =
-      positions.to(f64).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, half]
-  const torch::Tensor cos = angles.cos().to(x.scalar_type()).unsqueeze(1);  // [T, 1, half]
-  const torch::Tensor sin = angles.sin().to(x.scalar_type()).unsqueeze(1);  // [T, 1, half]
+  const torch::Tensor angles = positions.to(f64).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, half]
+  const torch::Tensor cos = angles.cos().to(x.scalar_type()).unsqueeze(1);              // [T, 1, half]
+  const torch::Tensor sin = angles.sin().to(x.scalar_type()).unsqueeze(1);              // [T, 1, half]
   const torch::Tensor x1 = x.narrow(2, 0, half);
   const torch::Tensor x2 = x.narrow(2, half, half);
   return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, /*dim=*/2);
 }
 
 SwiGluFeedForwardImpl::SwiGluFeedForwardImpl(std::int64_t d_model, std::int64_t d_ff) {
-  MOERL_CHECK(d_model > 0 && d_ff > 0, "SwiGLU sizes must be positive: d_model=" +
-                                           std::to_string(d_model) + " d_ff=" + std::to_string(d_ff));
+  MOERL_CHECK(d_model > 0 && d_ff > 0,
+              "SwiGLU sizes must be positive: d_model=" + std::to_string(d_model) + " d_ff=" + std::to_string(d_ff));
   gate_proj = register_module("gate_proj", torch::nn::Linear(torch::nn::LinearOptions(d_model, d_ff).bias(false)));
   up_proj = register_module("up_proj", torch::nn::Linear(torch::nn::LinearOptions(d_model, d_ff).bias(false)));
   down_proj = register_module("down_proj", torch::nn::Linear(torch::nn::LinearOptions(d_ff, d_model).bias(false)));

@@ -11,8 +11,8 @@ namespace moerl::model {
 namespace {
 
 const std::vector<std::string>& component_names() {
-  static const std::vector<std::string> names{"embedding", "attention", "norms", "dense_ffn",
-                                              "router", "routed_experts", "shared_experts", "lm_head"};
+  static const std::vector<std::string> names{"embedding", "attention",      "norms",          "dense_ffn",
+                                              "router",    "routed_experts", "shared_experts", "lm_head"};
   return names;
 }
 
@@ -40,10 +40,14 @@ void add(ParameterReport& report, const std::string& name, std::int64_t total, s
 std::string human(std::int64_t n) {
   char buf[32];
   const double v = static_cast<double>(n);
-  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fB", v / 1e9);
-  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
-  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.2fK", v / 1e3);
-  else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
+  if (v >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fB", v / 1e9);
+  else if (v >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.2fK", v / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
   return buf;
 }
 
@@ -64,9 +68,8 @@ std::string ParameterReport::format() const {
   std::snprintf(line, sizeof line, "%-16s %16s %10s %16s %10s\n", "component", "total", "", "active/token", "");
   os << line << std::string(72, '-') << '\n';
   auto print = [&](const std::string& name, std::int64_t total, std::int64_t active) {
-    std::snprintf(line, sizeof line, "%-16s %16lld %10s %16lld %10s\n", name.c_str(),
-                  static_cast<long long>(total), human(total).c_str(), static_cast<long long>(active),
-                  human(active).c_str());
+    std::snprintf(line, sizeof line, "%-16s %16lld %10s %16lld %10s\n", name.c_str(), static_cast<long long>(total),
+                  human(total).c_str(), static_cast<long long>(active), human(active).c_str());
     os << line;
   };
   for (const ParameterCount& c : components) print(c.component, c.total, c.active);
@@ -82,15 +85,24 @@ ParameterReport parameter_report(PolicyImpl& policy) {
   for (const auto& item : policy.named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
     const std::int64_t n = item.value().numel();
-    if (contains(name, "embed_tokens.")) add(report, "embedding", n, n);
-    else if (contains(name, "lm_head.")) add(report, "lm_head", n, n);
-    else if (contains(name, ".self_attn.")) add(report, "attention", n, n);
-    else if (contains(name, "norm.")) add(report, "norms", n, n);
-    else if (contains(name, ".mlp.gate.")) add(report, "router", n, n);
-    else if (contains(name, ".mlp.experts.")) add(report, "routed_experts", n, n / experts * top_k);
-    else if (contains(name, ".mlp.shared_expert")) add(report, "shared_experts", n, n);
-    else if (contains(name, ".mlp.")) add(report, "dense_ffn", n, n);
-    else MOERL_CHECK(false, "parameter report: cannot classify parameter " + name);
+    if (contains(name, "embed_tokens."))
+      add(report, "embedding", n, n);
+    else if (contains(name, "lm_head."))
+      add(report, "lm_head", n, n);
+    else if (contains(name, ".self_attn."))
+      add(report, "attention", n, n);
+    else if (contains(name, "norm."))
+      add(report, "norms", n, n);
+    else if (contains(name, ".mlp.gate."))
+      add(report, "router", n, n);
+    else if (contains(name, ".mlp.experts."))
+      add(report, "routed_experts", n, n / experts * top_k);
+    else if (contains(name, ".mlp.shared_expert"))
+      add(report, "shared_experts", n, n);
+    else if (contains(name, ".mlp."))
+      add(report, "dense_ffn", n, n);
+    else
+      MOERL_CHECK(false, "parameter report: cannot classify parameter " + name);
   }
   return report;
 }
@@ -108,8 +120,7 @@ ParameterReport expected_parameter_report(const config::ModelSection& model, con
   if (model.o_bias) attention += d;
   if (model.qk_norm == config::QkNorm::PerHead) attention += 2 * head_dim;
   if (model.qk_norm == config::QkNorm::Full) attention += q + kv;
-  const std::int64_t d_shared =
-      moe.d_shared_expert > 0 ? moe.d_shared_expert : moe.shared_experts * moe.d_expert;
+  const std::int64_t d_shared = moe.d_shared_expert > 0 ? moe.d_shared_expert : moe.shared_experts * moe.d_expert;
   for (std::int64_t l = 0; l < model.num_layers; ++l) {
     add(report, "attention", attention, attention);
     add(report, "norms", 2 * d, 2 * d);

@@ -11,17 +11,15 @@ namespace moerl::model {
 
 torch::Tensor PolicyOutput::unpack(const torch::Tensor& packed, double fill) const {
   MOERL_CHECK(packed.dim() >= 1 && packed.size(0) == token_index.size(0),
-              "PolicyOutput::unpack: expected " + std::to_string(token_index.size(0)) +
-                  " packed rows, got " + (packed.dim() ? std::to_string(packed.size(0)) : "a scalar"));
+              "PolicyOutput::unpack: expected " + std::to_string(token_index.size(0)) + " packed rows, got " +
+                  (packed.dim() ? std::to_string(packed.size(0)) : "a scalar"));
   std::vector<std::int64_t> flat_shape{batch * max_new};
   std::vector<std::int64_t> shape{batch, max_new};
   for (std::int64_t d = 1; d < packed.dim(); ++d) {
     flat_shape.push_back(packed.size(d));
     shape.push_back(packed.size(d));
   }
-  return torch::full(flat_shape, fill, packed.options())
-      .index_copy(0, token_index, packed)
-      .view(shape);
+  return torch::full(flat_shape, fill, packed.options()).index_copy(0, token_index, packed).view(shape);
 }
 
 // ---------------------------------------------------------------- layer
@@ -32,13 +30,11 @@ bool is_moe_layer(const config::ModelSection& model, const config::MoeSection& m
   return (layer + 1) % std::max<std::int64_t>(moe.sparse_step, 1) == 0;
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe,
-                                   std::int64_t index)
+DecoderLayerImpl::DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t index)
     : layer_index(index) {
   input_layernorm = register_module("input_layernorm", RMSNorm(model.d_model, model.norm_eps));
   self_attn = register_module("self_attn", Attention(model));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", RMSNorm(model.d_model, model.norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(model.d_model, model.norm_eps));
   if (is_moe_layer(model, moe, index)) {
     moe_mlp = register_module("mlp", moe::MoeFeedForward(model, moe));
   } else {
@@ -46,8 +42,8 @@ DecoderLayerImpl::DecoderLayerImpl(const config::ModelSection& model, const conf
   }
 }
 
-DecoderLayerOutput DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionBatch& batch,
-                                             KVCache* cache, const torch::Tensor& forced_experts) {
+DecoderLayerOutput DecoderLayerImpl::forward(const torch::Tensor& x, const AttentionBatch& batch, KVCache* cache,
+                                             const torch::Tensor& forced_experts) {
   DecoderLayerOutput out;
   const torch::Tensor h = x + self_attn(input_layernorm(x), batch, cache, layer_index);
   const torch::Tensor normed = post_attention_layernorm(h);
@@ -63,19 +59,18 @@ DecoderLayerOutput DecoderLayerImpl::forward(const torch::Tensor& x, const Atten
 
 // ---------------------------------------------------------------- policy
 
-PolicyImpl::PolicyImpl(const config::ModelSection& model, const config::MoeSection& moe)
-    : model_(model), moe_(moe) {
+PolicyImpl::PolicyImpl(const config::ModelSection& model, const config::MoeSection& moe) : model_(model), moe_(moe) {
   MOERL_CHECK(model.vocab_size > 0 && model.d_model > 0 && model.num_layers > 0,
               "model.vocab_size, model.d_model and model.num_layers must be positive");
   MOERL_CHECK(model.max_seq_len > 0, "model.max_seq_len must be positive");
   if (moe.enabled) {
     MOERL_CHECK(moe.first_dense_layers >= 0, "moe.first_dense_layers must be >= 0");
     MOERL_CHECK(moe.top_k >= 1 && moe.top_k <= moe.num_experts,
-                "moe.top_k (" + std::to_string(moe.top_k) + ") must be in [1, moe.num_experts = " +
-                    std::to_string(moe.num_experts) + "]");
+                "moe.top_k (" + std::to_string(moe.top_k) +
+                    ") must be in [1, moe.num_experts = " + std::to_string(moe.num_experts) + "]");
   }
-  embed_tokens = register_module(
-      "embed_tokens", torch::nn::Embedding(torch::nn::EmbeddingOptions(model.vocab_size, model.d_model)));
+  embed_tokens = register_module("embed_tokens",
+                                 torch::nn::Embedding(torch::nn::EmbeddingOptions(model.vocab_size, model.d_model)));
   layers = register_module("layers", torch::nn::ModuleList());
   for (std::int64_t l = 0; l < model.num_layers; ++l) {
     DecoderLayer layer(model, moe, l);
@@ -86,8 +81,8 @@ PolicyImpl::PolicyImpl(const config::ModelSection& model, const config::MoeSecti
   active_experts_ = moe_layers_.empty() ? 0 : moe.top_k;
   norm = register_module("norm", RMSNorm(model.d_model, model.norm_eps));
   if (!model.tie_embeddings) {
-    lm_head = register_module(
-        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, model.vocab_size).bias(false)));
+    lm_head = register_module("lm_head",
+                              torch::nn::Linear(torch::nn::LinearOptions(model.d_model, model.vocab_size).bias(false)));
   }
   reset_parameters();
 }
@@ -110,8 +105,8 @@ void PolicyImpl::reset_parameters() {
     }
     // Residual branch outputs: each layer adds two of them to the stream;
     // scaling keeps the stream's variance from growing with depth.
-    const bool residual_output = ends_with(name, "o_proj.weight") ||
-                                 ends_with(name, "down_proj.weight") || ends_with(name, "down_proj");
+    const bool residual_output =
+        ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight") || ends_with(name, "down_proj");
     p.normal_(0.0, residual_output ? residual_std : std_dev);
   }
 }
@@ -123,8 +118,7 @@ void PolicyImpl::set_active_experts(std::int64_t k) {
   }
   MOERL_CHECK(k >= 0 && k <= moe_.num_experts,
               "policy: active experts must be 0 (moe.top_k = " + std::to_string(moe_.top_k) +
-                  ") or in [1, moe.num_experts = " + std::to_string(moe_.num_experts) + "], got " +
-                  std::to_string(k));
+                  ") or in [1, moe.num_experts = " + std::to_string(moe_.num_experts) + "], got " + std::to_string(k));
   for (auto& layer : decoder_layers)
     if (layer->is_moe()) layer->moe_mlp->set_active_experts(k);
   active_experts_ = k == 0 ? moe_.top_k : k;
@@ -135,8 +129,7 @@ KVCache PolicyImpl::make_cache(std::int64_t initial_slots, std::int64_t initial_
   return KVCache(model_, w.options().requires_grad(false), initial_slots, initial_capacity);
 }
 
-std::vector<std::int64_t> PolicyImpl::row_lengths(const torch::Tensor& tokens,
-                                                  const torch::Tensor& lengths) const {
+std::vector<std::int64_t> PolicyImpl::row_lengths(const torch::Tensor& tokens, const torch::Tensor& lengths) const {
   MOERL_CHECK(tokens.dim() == 2, "policy: tokens must be [B, S], got " + std::to_string(tokens.dim()) + " dims");
   MOERL_CHECK(tokens.scalar_type() == torch::kLong, "policy: tokens must be int64");
   const std::int64_t rows = tokens.size(0);
@@ -155,18 +148,16 @@ PolicyOutput PolicyImpl::forward(const torch::Tensor& tokens, const torch::Tenso
   MOERL_CHECK(tokens.size(1) <= model_.max_seq_len,
               "policy: sequence width " + std::to_string(tokens.size(1)) +
                   " exceeds model.max_seq_len = " + std::to_string(model_.max_seq_len));
-  const AttentionBatch batch = AttentionBatch::make(lens, std::vector<std::int64_t>(lens.size(), 0), {},
-                                                   tokens.size(1), tokens.device(), model_.sliding_window);
+  const AttentionBatch batch = AttentionBatch::make(lens, std::vector<std::int64_t>(lens.size(), 0), {}, tokens.size(1),
+                                                    tokens.device(), model_.sliding_window);
   return run(tokens, batch, nullptr, forced_experts);
 }
 
-PolicyOutput PolicyImpl::forward_cached(const torch::Tensor& tokens, const torch::Tensor& lengths,
-                                        KVCache& cache, const std::vector<SequenceId>& sequences,
-                                        const torch::Tensor& forced_experts) {
+PolicyOutput PolicyImpl::forward_cached(const torch::Tensor& tokens, const torch::Tensor& lengths, KVCache& cache,
+                                        const std::vector<SequenceId>& sequences, const torch::Tensor& forced_experts) {
   const std::vector<std::int64_t> lens = row_lengths(tokens, lengths);
-  MOERL_CHECK(lens.size() == sequences.size(),
-              "policy: " + std::to_string(lens.size()) + " token rows but " +
-                  std::to_string(sequences.size()) + " sequence ids");
+  MOERL_CHECK(lens.size() == sequences.size(), "policy: " + std::to_string(lens.size()) + " token rows but " +
+                                                   std::to_string(sequences.size()) + " sequence ids");
   MOERL_CHECK(cache.num_layers() == model_.num_layers, "policy: KV cache built for another model");
   const std::vector<std::int64_t> slots = cache.slots_of(sequences);
   const std::vector<std::int64_t> past = cache.lengths_of(sequences);
@@ -186,8 +177,8 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
   const std::int64_t num_moe = num_moe_layers();
   if (forced_experts.defined()) {
     MOERL_CHECK(num_moe > 0, "policy: forced_experts given but the model has no MoE layer");
-    MOERL_CHECK(forced_experts.dim() == 3 && forced_experts.size(0) == T &&
-                    forced_experts.size(1) == num_moe && forced_experts.size(2) == active_experts_,
+    MOERL_CHECK(forced_experts.dim() == 3 && forced_experts.size(0) == T && forced_experts.size(1) == num_moe &&
+                    forced_experts.size(2) == active_experts_,
                 "policy: forced_experts must be [T, moe_layers, active experts] = [" + std::to_string(T) + ", " +
                     std::to_string(num_moe) + ", " + std::to_string(active_experts_) + "], got " +
                     std::to_string(forced_experts.dim()) + " dims");
@@ -197,9 +188,8 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
   if (ids.lt(0).logical_or(ids.ge(model_.vocab_size)).any().item<bool>()) {
     const std::int64_t lo = ids.min().item<std::int64_t>();
     const std::int64_t hi = ids.max().item<std::int64_t>();
-    MOERL_CHECK(false,
-                "policy: token ids span [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                    "], outside the vocabulary [0, " + std::to_string(model_.vocab_size) + ")");
+    MOERL_CHECK(false, "policy: token ids span [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                           "], outside the vocabulary [0, " + std::to_string(model_.vocab_size) + ")");
   }
   PolicyOutput out;
   out.batch = batch.batch;
@@ -224,8 +214,8 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
     }
   }
   out.hidden = norm(h);
-  out.logits = lm_head.is_empty() ? torch::nn::functional::linear(out.hidden, embed_tokens->weight)
-                                  : lm_head(out.hidden);
+  out.logits =
+      lm_head.is_empty() ? torch::nn::functional::linear(out.hidden, embed_tokens->weight) : lm_head(out.hidden);
   if (!indices.empty()) out.expert_indices = torch::stack(indices, 1);  // [T, moe_layers, active experts]
   out.aux_loss = aux;
   return out;
@@ -233,8 +223,8 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
 
 // ---------------------------------------------------------------- checkpoint names
 
-std::vector<std::string> hf_checkpoint_names(const std::string& parameter_name,
-                                             std::int64_t num_experts, CheckpointFamily family) {
+std::vector<std::string> hf_checkpoint_names(const std::string& parameter_name, std::int64_t num_experts,
+                                             CheckpointFamily family) {
   // One mapping for the whole code base: hf/hf_weights.h's, which export and
   // import use.
   const bool mixtral = family == CheckpointFamily::CheckpointMixtral;

@@ -51,8 +51,7 @@ std::vector<std::int64_t> to_vector(const torch::Tensor& t) {
 }
 
 void check_input(const torch::Tensor& x, std::int64_t d_model) {
-  TORCH_CHECK(x.dim() == 2 && x.size(1) == d_model, "moe: input must be [T, d_model=", d_model,
-              "], got ", x.sizes());
+  TORCH_CHECK(x.dim() == 2 && x.size(1) == d_model, "moe: input must be [T, d_model=", d_model, "], got ", x.sizes());
 }
 
 }  // namespace
@@ -60,12 +59,10 @@ void check_input(const torch::Tensor& x, std::int64_t d_model) {
 std::int64_t expert_capacity(const config::MoeSection& moe, std::int64_t num_tokens) {
   if (moe.capacity_factor <= 0) return -1;
   return static_cast<std::int64_t>(std::ceil(moe.capacity_factor * static_cast<double>(num_tokens) *
-                                             static_cast<double>(moe.top_k) /
-                                             static_cast<double>(moe.num_experts)));
+                                             static_cast<double>(moe.top_k) / static_cast<double>(moe.num_experts)));
 }
 
-MoeExpertsImpl::MoeExpertsImpl(std::int64_t num_experts, std::int64_t d_model,
-                               std::int64_t d_expert) {
+MoeExpertsImpl::MoeExpertsImpl(std::int64_t num_experts, std::int64_t d_model, std::int64_t d_expert) {
   gate_proj = register_parameter("gate_proj", torch::empty({num_experts, d_expert, d_model}));
   up_proj = register_parameter("up_proj", torch::empty({num_experts, d_expert, d_model}));
   down_proj = register_parameter("down_proj", torch::empty({num_experts, d_model, d_expert}));
@@ -80,27 +77,23 @@ SwiGluImpl::SwiGluImpl(std::int64_t d_model, std::int64_t d_hidden) {
   down_proj = register_module("down_proj", lin(d_hidden, d_model));
 }
 
-torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
-  return down_proj(torch::silu(gate_proj(x)) * up_proj(x));
-}
+torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
 
-MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model,
-                                       const config::MoeSection& moe)
+MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe)
     : moe_(moe), routing_(moe), d_model_(model.d_model) {
-  TORCH_CHECK(moe.num_experts >= 1 && moe.top_k >= 1 && moe.top_k <= moe.num_experts,
-              "moe: need 1 <= top_k (", moe.top_k, ") <= num_experts (", moe.num_experts, ")");
+  TORCH_CHECK(moe.num_experts >= 1 && moe.top_k >= 1 && moe.top_k <= moe.num_experts, "moe: need 1 <= top_k (",
+              moe.top_k, ") <= num_experts (", moe.num_experts, ")");
   TORCH_CHECK(moe.d_expert >= 1 && model.d_model >= 1, "moe: d_expert and d_model must be >= 1");
   TORCH_CHECK(moe.block_size >= 1, "moe: block_size must be >= 1, got ", moe.block_size);
-  gate = register_module(
-      "gate", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, moe.num_experts).bias(false)));
+  gate =
+      register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, moe.num_experts).bias(false)));
   experts = register_module("experts", MoeExperts(moe.num_experts, model.d_model, moe.d_expert));
   if (moe.shared_experts > 0) {
-    const std::int64_t d_shared =
-        moe.d_shared_expert > 0 ? moe.d_shared_expert : moe.shared_experts * moe.d_expert;
+    const std::int64_t d_shared = moe.d_shared_expert > 0 ? moe.d_shared_expert : moe.shared_experts * moe.d_expert;
     shared_expert = register_module("shared_expert", SwiGlu(model.d_model, d_shared));
     if (moe.shared_expert_gate) {
-      shared_expert_gate = register_module(
-          "shared_expert_gate", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, 1).bias(false)));
+      shared_expert_gate = register_module("shared_expert_gate",
+                                           torch::nn::Linear(torch::nn::LinearOptions(model.d_model, 1).bias(false)));
     }
   }
   torch::NoGradGuard no_grad;
@@ -134,17 +127,16 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x, const torch::Tenso
   const std::int64_t tokens = x.size(0);
   auto logits = gate(x);  // [T,E]
   RouteResult r = route(logits, routing_, forced_experts);
-  RoutePlan plan = make_route_plan(r.expert_indices, moe_.num_experts,
-                                   expert_capacity(routing_, tokens), moe_.block_size);
-  auto rows = dispatch(x, plan);                                            // [R, d_model]
-  auto expert_out = grouped_swiglu(rows, experts->gate_proj, experts->up_proj,
-                                   experts->down_proj, plan);               // [R, d_model]
+  RoutePlan plan =
+      make_route_plan(r.expert_indices, moe_.num_experts, expert_capacity(routing_, tokens), moe_.block_size);
+  auto rows = dispatch(x, plan);  // [R, d_model]
+  auto expert_out =
+      grouped_swiglu(rows, experts->gate_proj, experts->up_proj, experts->down_proj, plan);  // [R, d_model]
   MoeOutput out;
-  out.hidden = combine(expert_out, r.gates.to(x.scalar_type()), plan);     // [T, d_model]
+  out.hidden = combine(expert_out, r.gates.to(x.scalar_type()), plan);  // [T, d_model]
   if (shared_expert) out.hidden = out.hidden + shared_expert_output(*this, x);
   out.expert_indices = r.expert_indices;
-  out.aux_loss = (moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss)
-                     .to(x.scalar_type());
+  out.aux_loss = (moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss).to(x.scalar_type());
   if (!collect_stats_) return out;
   // Statistics are host values: one small device-to-host copy per forward,
   // after all the launches of the layer have been queued.
@@ -194,8 +186,7 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
   MoeOutput out;
   out.hidden = layer.shared_expert ? y + shared_expert_output(layer, x) : y;
   out.expert_indices = r.expert_indices;
-  out.aux_loss = (moe.aux_loss_weight * r.balance_loss + moe.z_loss_weight * r.z_loss)
-                     .to(x.scalar_type());
+  out.aux_loss = (moe.aux_loss_weight * r.balance_loss + moe.z_loss_weight * r.z_loss).to(x.scalar_type());
   out.stats = stats_from_loads(std::move(loads), dropped);
   return out;
 }

@@ -35,15 +35,14 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 void check_int64_vector(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK(t.defined() && t.scalar_type() == torch::kInt64 && t.is_contiguous(),
-              "moe: ", name, " must be a contiguous int64 tensor");
+  TORCH_CHECK(t.defined() && t.scalar_type() == torch::kInt64 && t.is_contiguous(), "moe: ", name,
+              " must be a contiguous int64 tensor");
 }
 
 void check_rows(const torch::Tensor& t, const char* name, std::int64_t rows) {
-  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows, "moe: ", name, " must be [", rows,
-              ", H], got ", t.sizes());
-  TORCH_CHECK(t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble,
-              "moe: ", name, " must be float or double, got ", t.scalar_type());
+  TORCH_CHECK(t.dim() == 2 && t.size(0) == rows, "moe: ", name, " must be [", rows, ", H], got ", t.sizes());
+  TORCH_CHECK(t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble, "moe: ", name,
+              " must be float or double, got ", t.scalar_type());
 }
 
 #ifdef MOERL_WITH_CUDA
@@ -61,8 +60,7 @@ cudaStream_t stream_of(const torch::Tensor& t) {
 }
 
 void check_cuda_float(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK(t.scalar_type() == torch::kFloat, "moe: CUDA ", name,
-              " must be float32, got ", t.scalar_type());
+  TORCH_CHECK(t.scalar_type() == torch::kFloat, "moe: CUDA ", name, " must be float32, got ", t.scalar_type());
 }
 
 // Makes t's device current for the launches of this scope.
@@ -90,8 +88,8 @@ std::int64_t row_grain(std::int64_t hidden) {
 // ---- raw launches (no autograd) -------------------------------------------
 
 // out[r] = w[row_source[r]] * x[row_source[r]/k]
-torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& row_source,
-                          const torch::Tensor& weights, std::int64_t top_k) {
+torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& row_source, const torch::Tensor& weights,
+                          std::int64_t top_k) {
   const std::int64_t tokens = x.size(0), hidden = x.size(1), rows = row_source.size(0);
   auto out = pooled_empty({rows, hidden}, x.options());
   if (rows == 0 || hidden == 0) return out.zero_();
@@ -100,9 +98,8 @@ torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& row_sourc
     check_cuda_float(x, "dispatch input");
     DeviceScope scope(x);
     check_cuda(k::moe_dispatch_cuda(x.data_ptr<float>(), row_source.data_ptr<std::int64_t>(),
-                                    weights.defined() ? weights.data_ptr<float>() : nullptr,
-                                    tokens, top_k, hidden, rows, out.data_ptr<float>(),
-                                    stream_of(x)),
+                                    weights.defined() ? weights.data_ptr<float>() : nullptr, tokens, top_k, hidden,
+                                    rows, out.data_ptr<float>(), stream_of(x)),
                "moe_dispatch");
     return out;
 #else
@@ -115,16 +112,15 @@ torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& row_sourc
     const scalar_t* wp = weights.defined() ? weights.data_ptr<scalar_t>() : nullptr;
     scalar_t* op = out.data_ptr<scalar_t>();
     at::parallel_for(0, rows, row_grain(hidden), [&](std::int64_t b, std::int64_t e) {
-      k::moe_dispatch_cpu<scalar_t>(xp, src + b, wp, tokens, top_k, hidden, e - b,
-                                    op + b * hidden);
+      k::moe_dispatch_cpu<scalar_t>(xp, src + b, wp, tokens, top_k, hidden, e - b, op + b * hidden);
     });
   });
   return out;
 }
 
 // y[t] = sum_j w[t*k+j] * src[dest_row[t*k+j]]
-torch::Tensor scatter_sum(const torch::Tensor& src, const torch::Tensor& dest_row,
-                          const torch::Tensor& weights, std::int64_t tokens, std::int64_t top_k) {
+torch::Tensor scatter_sum(const torch::Tensor& src, const torch::Tensor& dest_row, const torch::Tensor& weights,
+                          std::int64_t tokens, std::int64_t top_k) {
   const std::int64_t hidden = src.size(1);
   auto y = pooled_empty({tokens, hidden}, src.options());
   if (tokens == 0 || hidden == 0) return y.zero_();
@@ -133,8 +129,8 @@ torch::Tensor scatter_sum(const torch::Tensor& src, const torch::Tensor& dest_ro
     check_cuda_float(src, "combine input");
     DeviceScope scope(src);
     check_cuda(k::moe_combine_cuda(src.data_ptr<float>(), dest_row.data_ptr<std::int64_t>(),
-                                   weights.defined() ? weights.data_ptr<float>() : nullptr,
-                                   tokens, top_k, hidden, y.data_ptr<float>(), stream_of(src)),
+                                   weights.defined() ? weights.data_ptr<float>() : nullptr, tokens, top_k, hidden,
+                                   y.data_ptr<float>(), stream_of(src)),
                "moe_combine");
     return y;
 #else
@@ -147,16 +143,16 @@ torch::Tensor scatter_sum(const torch::Tensor& src, const torch::Tensor& dest_ro
     const scalar_t* wp = weights.defined() ? weights.data_ptr<scalar_t>() : nullptr;
     scalar_t* yp = y.data_ptr<scalar_t>();
     at::parallel_for(0, tokens, row_grain(hidden * top_k), [&](std::int64_t b, std::int64_t e) {
-      k::moe_combine_cpu<scalar_t>(sp, dest + b * top_k, wp ? wp + b * top_k : nullptr, e - b,
-                                   top_k, hidden, yp + b * hidden);
+      k::moe_combine_cpu<scalar_t>(sp, dest + b * top_k, wp ? wp + b * top_k : nullptr, e - b, top_k, hidden,
+                                   yp + b * hidden);
     });
   });
   return y;
 }
 
 // grad_w[a] = <grad_y[a/k], src[dest_row[a]]>
-torch::Tensor gate_grad(const torch::Tensor& grad_y, const torch::Tensor& src,
-                        const torch::Tensor& dest_row, std::int64_t top_k) {
+torch::Tensor gate_grad(const torch::Tensor& grad_y, const torch::Tensor& src, const torch::Tensor& dest_row,
+                        std::int64_t top_k) {
   const std::int64_t tokens = grad_y.size(0), hidden = grad_y.size(1);
   auto grad_w = torch::empty({tokens, top_k}, grad_y.options());
   if (tokens == 0 || top_k == 0) return grad_w;
@@ -164,8 +160,8 @@ torch::Tensor gate_grad(const torch::Tensor& grad_y, const torch::Tensor& src,
 #ifdef MOERL_WITH_CUDA
     DeviceScope scope(grad_y);
     check_cuda(k::moe_combine_gate_grad_cuda(grad_y.data_ptr<float>(), src.data_ptr<float>(),
-                                             dest_row.data_ptr<std::int64_t>(), tokens, top_k,
-                                             hidden, grad_w.data_ptr<float>(), stream_of(grad_y)),
+                                             dest_row.data_ptr<std::int64_t>(), tokens, top_k, hidden,
+                                             grad_w.data_ptr<float>(), stream_of(grad_y)),
                "moe_combine_gate_grad");
     return grad_w;
 #else
@@ -178,8 +174,8 @@ torch::Tensor gate_grad(const torch::Tensor& grad_y, const torch::Tensor& src,
     const std::int64_t* dest = dest_row.data_ptr<std::int64_t>();
     scalar_t* wp = grad_w.data_ptr<scalar_t>();
     at::parallel_for(0, tokens, row_grain(hidden * top_k), [&](std::int64_t b, std::int64_t e) {
-      k::moe_combine_gate_grad_cpu<scalar_t>(gp + b * hidden, sp, dest + b * top_k, e - b, top_k,
-                                             hidden, wp + b * top_k);
+      k::moe_combine_gate_grad_cpu<scalar_t>(gp + b * hidden, sp, dest + b * top_k, e - b, top_k, hidden,
+                                             wp + b * top_k);
     });
   });
   return grad_w;
@@ -189,9 +185,8 @@ torch::Tensor gate_grad(const torch::Tensor& grad_y, const torch::Tensor& src,
 
 class DispatchFunction : public torch::autograd::Function<DispatchFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& dest_row, const torch::Tensor& row_source,
-                               std::int64_t top_k) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& dest_row,
+                               const torch::Tensor& row_source, std::int64_t top_k) {
     ctx->save_for_backward({dest_row});
     ctx->saved_data["top_k"] = top_k;
     ctx->saved_data["tokens"] = x.size(0);
@@ -208,9 +203,8 @@ class DispatchFunction : public torch::autograd::Function<DispatchFunction> {
 
 class CombineFunction : public torch::autograd::Function<CombineFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& expert_out,
-                               const torch::Tensor& gates, const torch::Tensor& dest_row,
-                               const torch::Tensor& row_source) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& expert_out, const torch::Tensor& gates,
+                               const torch::Tensor& dest_row, const torch::Tensor& row_source) {
     ctx->save_for_backward({expert_out, gates, dest_row, row_source});
     const std::int64_t tokens = gates.size(0), top_k = gates.size(1);
     return scatter_sum(expert_out, dest_row, gates, tokens, top_k);
@@ -235,8 +229,7 @@ struct Segment {
   std::int64_t expert, begin, end;
 };
 
-std::vector<Segment> cpu_segments(const torch::Tensor& offsets, std::int64_t experts,
-                                  std::int64_t block_rows) {
+std::vector<Segment> cpu_segments(const torch::Tensor& offsets, std::int64_t experts, std::int64_t block_rows) {
   const std::int64_t* off = offsets.data_ptr<std::int64_t>();
   std::vector<Segment> out;
   for (std::int64_t e = 0; e < experts; ++e) {
@@ -251,9 +244,8 @@ struct SwiGluActivations {
   torch::Tensor gu, act, out;  // [rows,2D] gate pre-activation | up, [rows,D], [rows,H]
 };
 
-SwiGluActivations swiglu_forward_cpu(const torch::Tensor& x, const torch::Tensor& wg,
-                                     const torch::Tensor& wu, const torch::Tensor& wd,
-                                     const torch::Tensor& offsets, std::int64_t experts) {
+SwiGluActivations swiglu_forward_cpu(const torch::Tensor& x, const torch::Tensor& wg, const torch::Tensor& wu,
+                                     const torch::Tensor& wd, const torch::Tensor& offsets, std::int64_t experts) {
   const std::int64_t rows = x.size(0), hidden = x.size(1), d_expert = wg.size(1);
   SwiGluActivations a;
   // Rows inside segments are all overwritten below; only rows past the last
@@ -267,9 +259,8 @@ SwiGluActivations swiglu_forward_cpu(const torch::Tensor& x, const torch::Tensor
   // every extra block re-packs the expert's weights inside BLAS. Blocks stay
   // >= 128 rows so each GEMM remains efficient.
   const std::int64_t threads = at::get_num_threads();
-  const std::int64_t block_rows =
-      threads <= 1 ? std::max<std::int64_t>(rows, 1)
-                   : std::max<std::int64_t>(128, (used + 4 * threads - 1) / (4 * threads));
+  const std::int64_t block_rows = threads <= 1 ? std::max<std::int64_t>(rows, 1)
+                                               : std::max<std::int64_t>(128, (used + 4 * threads - 1) / (4 * threads));
   const auto segs = cpu_segments(offsets, experts, block_rows);
   AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_swiglu_fwd", [&] {
     const scalar_t* xp = x.data_ptr<scalar_t>();
@@ -280,14 +271,12 @@ SwiGluActivations swiglu_forward_cpu(const torch::Tensor& x, const torch::Tensor
     scalar_t* hp = a.act.data_ptr<scalar_t>();
     scalar_t* yp = a.out.data_ptr<scalar_t>();
     const std::int64_t w_in = d_expert * hidden;  // one expert's slice of each weight
-    at::parallel_for(0, static_cast<std::int64_t>(segs.size()), 1,
-                     [&](std::int64_t b, std::int64_t e) {
+    at::parallel_for(0, static_cast<std::int64_t>(segs.size()), 1, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
         const Segment& s = segs[i];
         k::moe_swiglu_forward_rows_cpu<scalar_t>(
-            xp + s.begin * hidden, wgp + s.expert * w_in, wup + s.expert * w_in,
-            wdp + s.expert * w_in, s.end - s.begin, hidden, d_expert,
-            gup + s.begin * 2 * d_expert, hp + s.begin * d_expert, yp + s.begin * hidden);
+            xp + s.begin * hidden, wgp + s.expert * w_in, wup + s.expert * w_in, wdp + s.expert * w_in, s.end - s.begin,
+            hidden, d_expert, gup + s.begin * 2 * d_expert, hp + s.begin * d_expert, yp + s.begin * hidden);
       }
     });
   });
@@ -300,12 +289,10 @@ struct SwiGluGrads {
 
 // One work item per expert: its weight gradients sum over all its rows, so
 // one writer per expert needs no atomics and stays deterministic.
-SwiGluGrads swiglu_backward_cpu(const torch::Tensor& x, const torch::Tensor& wg,
-                                const torch::Tensor& wu, const torch::Tensor& wd,
-                                const torch::Tensor& offsets, const torch::Tensor& gu,
+SwiGluGrads swiglu_backward_cpu(const torch::Tensor& x, const torch::Tensor& wg, const torch::Tensor& wu,
+                                const torch::Tensor& wd, const torch::Tensor& offsets, const torch::Tensor& gu,
                                 const torch::Tensor& h, const torch::Tensor& dy) {
-  const std::int64_t experts = wg.size(0), rows = x.size(0), hidden = x.size(1),
-                     d_expert = wg.size(1);
+  const std::int64_t experts = wg.size(0), rows = x.size(0), hidden = x.size(1), d_expert = wg.size(1);
   const auto* off = offsets.data_ptr<std::int64_t>();
   SwiGluGrads g;
   g.dx = pooled_empty({rows, hidden}, x.options());
@@ -333,11 +320,10 @@ SwiGluGrads swiglu_backward_cpu(const torch::Tensor& x, const torch::Tensor& wg,
       std::vector<scalar_t> scratch(static_cast<std::size_t>(max_rows * 2 * d_expert));
       for (std::int64_t ex = b; ex < e; ++ex) {
         const std::int64_t r0 = off[ex];
-        k::moe_swiglu_backward_rows_cpu<scalar_t>(
-            xp + r0 * hidden, gup + r0 * 2 * d_expert, hp + r0 * d_expert, dyp + r0 * hidden,
-            wgp + ex * w_in, wup + ex * w_in, wdp + ex * w_in, off[ex + 1] - r0, hidden,
-            d_expert, scratch.data(), dxp + r0 * hidden, dwgp + ex * w_in, dwup + ex * w_in,
-            dwdp + ex * w_in);
+        k::moe_swiglu_backward_rows_cpu<scalar_t>(xp + r0 * hidden, gup + r0 * 2 * d_expert, hp + r0 * d_expert,
+                                                  dyp + r0 * hidden, wgp + ex * w_in, wup + ex * w_in, wdp + ex * w_in,
+                                                  off[ex + 1] - r0, hidden, d_expert, scratch.data(), dxp + r0 * hidden,
+                                                  dwgp + ex * w_in, dwup + ex * w_in, dwdp + ex * w_in);
       }
     });
   });
@@ -345,9 +331,8 @@ SwiGluGrads swiglu_backward_cpu(const torch::Tensor& x, const torch::Tensor& wg,
 }
 
 #ifdef MOERL_WITH_CUDA
-torch::Tensor gemm_cuda(char form, const torch::Tensor& a, const torch::Tensor& b,
-                        const torch::Tensor& offsets, std::int64_t experts, std::int64_t n,
-                        std::int64_t kdim) {
+torch::Tensor gemm_cuda(char form, const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& offsets,
+                        std::int64_t experts, std::int64_t n, std::int64_t kdim) {
   const std::int64_t rows = a.size(0);
   const auto* off = offsets.data_ptr<std::int64_t>();
   cudaStream_t stream = stream_of(a);
@@ -355,16 +340,16 @@ torch::Tensor gemm_cuda(char form, const torch::Tensor& a, const torch::Tensor& 
   cudaError_t err = cudaSuccess;
   if (form == 't') {
     c = torch::empty({experts, n, kdim}, a.options());
-    err = k::moe_grouped_gemm_tn_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows,
-                                      experts, n, kdim, c.data_ptr<float>(), stream);
+    err = k::moe_grouped_gemm_tn_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows, experts, n, kdim,
+                                      c.data_ptr<float>(), stream);
   } else if (form == 'f') {  // forward: C [rows,N] = A [rows,K] B[e]^T
     c = torch::empty({rows, n}, a.options());
-    err = k::moe_grouped_gemm_nt_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows,
-                                      experts, n, kdim, c.data_ptr<float>(), stream);
+    err = k::moe_grouped_gemm_nt_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows, experts, n, kdim,
+                                      c.data_ptr<float>(), stream);
   } else {  // 'n': C [rows,K] = A [rows,N] B[e]
     c = torch::empty({rows, kdim}, a.options());
-    err = k::moe_grouped_gemm_nn_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows,
-                                      experts, n, kdim, c.data_ptr<float>(), stream);
+    err = k::moe_grouped_gemm_nn_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows, experts, n, kdim,
+                                      c.data_ptr<float>(), stream);
   }
   check_cuda(err, "moe_grouped_gemm");
   return c;
@@ -373,9 +358,8 @@ torch::Tensor gemm_cuda(char form, const torch::Tensor& a, const torch::Tensor& 
 
 class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunction> {
  public:
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& wg, const torch::Tensor& wu,
-                               const torch::Tensor& wd, const torch::Tensor& offsets) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& wg,
+                               const torch::Tensor& wu, const torch::Tensor& wd, const torch::Tensor& offsets) {
     const std::int64_t experts = wg.size(0);
     torch::Tensor g, u, h, y;
     if (x.is_cuda()) {
@@ -432,10 +416,9 @@ class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunc
 
 // ---- public operators -----------------------------------------------------
 
-RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t experts,
-                          std::int64_t capacity, std::int64_t block_size) {
-  TORCH_CHECK(expert_indices.dim() == 2, "moe: expert_indices must be [T,k], got ",
-              expert_indices.sizes());
+RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t experts, std::int64_t capacity,
+                          std::int64_t block_size) {
+  TORCH_CHECK(expert_indices.dim() == 2, "moe: expert_indices must be [T,k], got ", expert_indices.sizes());
   TORCH_CHECK(expert_indices.scalar_type() == torch::kInt64, "moe: expert_indices must be int64");
   TORCH_CHECK(experts > 0 && block_size >= 1, "moe: need experts > 0 and block_size >= 1");
   auto idx = expert_indices.contiguous();
@@ -454,17 +437,13 @@ RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t expe
   if (idx.is_cuda()) {
 #ifdef MOERL_WITH_CUDA
     DeviceScope scope(idx);
-    auto ws = torch::empty(
-        {static_cast<std::int64_t>(k::moe_plan_workspace_bytes(p.tokens, p.top_k, experts))},
-        idx.options().dtype(torch::kUInt8));
-    check_cuda(k::moe_plan_cuda(idx.data_ptr<std::int64_t>(), p.tokens, p.top_k, experts,
-                                capacity, block_size, p.routed.data_ptr<std::int64_t>(),
-                                p.counts.data_ptr<std::int64_t>(),
-                                p.offsets.data_ptr<std::int64_t>(),
-                                p.dest_row.data_ptr<std::int64_t>(),
-                                p.row_source.data_ptr<std::int64_t>(),
-                                p.dropped.data_ptr<std::int64_t>(), ws.data_ptr(),
-                                stream_of(idx)),
+    auto ws = torch::empty({static_cast<std::int64_t>(k::moe_plan_workspace_bytes(p.tokens, p.top_k, experts))},
+                           idx.options().dtype(torch::kUInt8));
+    check_cuda(k::moe_plan_cuda(idx.data_ptr<std::int64_t>(), p.tokens, p.top_k, experts, capacity, block_size,
+                                p.routed.data_ptr<std::int64_t>(), p.counts.data_ptr<std::int64_t>(),
+                                p.offsets.data_ptr<std::int64_t>(), p.dest_row.data_ptr<std::int64_t>(),
+                                p.row_source.data_ptr<std::int64_t>(), p.dropped.data_ptr<std::int64_t>(),
+                                ws.data_ptr(), stream_of(idx)),
                "moe_plan");
 #else
     no_cuda_build("make_route_plan");
@@ -472,30 +451,25 @@ RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t expe
   } else {
     const auto* ip = idx.data_ptr<std::int64_t>();
     for (std::int64_t a = 0; a < p.tokens * p.top_k; ++a) {
-      TORCH_CHECK(ip[a] >= 0 && ip[a] < experts, "moe: expert index ", ip[a], " at ", a,
-                  " outside [0, ", experts, ")");
+      TORCH_CHECK(ip[a] >= 0 && ip[a] < experts, "moe: expert index ", ip[a], " at ", a, " outside [0, ", experts, ")");
     }
-    k::moe_plan_cpu(ip, p.tokens, p.top_k, experts, capacity, block_size,
-                    p.routed.data_ptr<std::int64_t>(), p.counts.data_ptr<std::int64_t>(),
-                    p.offsets.data_ptr<std::int64_t>(), p.dest_row.data_ptr<std::int64_t>(),
-                    p.row_source.data_ptr<std::int64_t>(), p.dropped.data_ptr<std::int64_t>());
+    k::moe_plan_cpu(ip, p.tokens, p.top_k, experts, capacity, block_size, p.routed.data_ptr<std::int64_t>(),
+                    p.counts.data_ptr<std::int64_t>(), p.offsets.data_ptr<std::int64_t>(),
+                    p.dest_row.data_ptr<std::int64_t>(), p.row_source.data_ptr<std::int64_t>(),
+                    p.dropped.data_ptr<std::int64_t>());
   }
   return p;
 }
 
-RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe,
-                  const torch::Tensor& forced_experts) {
+RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe, const torch::Tensor& forced_experts) {
   TORCH_CHECK(logits.dim() == 2, "moe: router logits must be [T,E], got ", logits.sizes());
   const std::int64_t tokens = logits.size(0), experts = logits.size(1), top_k = moe.top_k;
-  TORCH_CHECK(top_k >= 1 && top_k <= experts, "moe: top_k=", top_k, " must be in [1, ", experts,
-              "]");
+  TORCH_CHECK(top_k >= 1 && top_k <= experts, "moe: top_k=", top_k, " must be in [1, ", experts, "]");
   RouteResult r;
   const bool forced = forced_experts.defined();
   if (forced) {
-    TORCH_CHECK(forced_experts.dim() == 2 && forced_experts.size(0) == tokens &&
-                    forced_experts.size(1) == top_k,
-                "moe: forced_experts must be [", tokens, ", ", top_k, "], got ",
-                forced_experts.sizes());
+    TORCH_CHECK(forced_experts.dim() == 2 && forced_experts.size(0) == tokens && forced_experts.size(1) == top_k,
+                "moe: forced_experts must be [", tokens, ", ", top_k, "], got ", forced_experts.sizes());
     r.expert_indices = forced_experts.to(logits.device(), torch::kInt64).contiguous();
   }
   // Router math in at least float32 so that half-precision models route stably.
@@ -517,8 +491,7 @@ RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe,
   }
   // f_e: share of assignments per expert (no gradient, as in Switch/GShard).
   auto load = torch::zeros({experts}, lg.options())
-                  .scatter_add_(0, r.expert_indices.reshape({-1}),
-                                torch::ones({tokens * top_k}, lg.options()));
+                  .scatter_add_(0, r.expert_indices.reshape({-1}), torch::ones({tokens * top_k}, lg.options()));
   auto f = load / static_cast<double>(tokens * top_k);
   r.balance_loss = static_cast<double>(experts) * (f * probs.mean(0)).sum();
   r.z_loss = torch::logsumexp(lg, -1).pow(2).mean();
@@ -528,43 +501,37 @@ RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe,
 torch::Tensor dispatch(const torch::Tensor& x, const RoutePlan& plan) {
   check_rows(x, "dispatch input", plan.tokens);
   check_int64_vector(plan.row_source, "row_source");
-  TORCH_CHECK(x.device() == plan.row_source.device(), "moe: dispatch input on ", x.device(),
-              " but plan on ", plan.row_source.device());
+  TORCH_CHECK(x.device() == plan.row_source.device(), "moe: dispatch input on ", x.device(), " but plan on ",
+              plan.row_source.device());
   return DispatchFunction::apply(x.contiguous(), plan.dest_row, plan.row_source, plan.top_k);
 }
 
-torch::Tensor grouped_swiglu(const torch::Tensor& x, const torch::Tensor& w_gate,
-                             const torch::Tensor& w_up, const torch::Tensor& w_down,
-                             const RoutePlan& plan) {
+torch::Tensor grouped_swiglu(const torch::Tensor& x, const torch::Tensor& w_gate, const torch::Tensor& w_up,
+                             const torch::Tensor& w_down, const RoutePlan& plan) {
   check_rows(x, "grouped_swiglu input", plan.rows);
   const std::int64_t hidden = x.size(1);
   TORCH_CHECK(w_gate.dim() == 3 && w_gate.size(0) == plan.experts && w_gate.size(2) == hidden,
-              "moe: w_gate must be [E=", plan.experts, ", D, H=", hidden, "], got ",
-              w_gate.sizes());
+              "moe: w_gate must be [E=", plan.experts, ", D, H=", hidden, "], got ", w_gate.sizes());
   const std::int64_t d_expert = w_gate.size(1);
-  TORCH_CHECK(w_up.sizes() == w_gate.sizes(), "moe: w_up ", w_up.sizes(), " != w_gate ",
-              w_gate.sizes());
-  TORCH_CHECK(w_down.dim() == 3 && w_down.size(0) == plan.experts && w_down.size(1) == hidden &&
-                  w_down.size(2) == d_expert,
-              "moe: w_down must be [", plan.experts, ", ", hidden, ", ", d_expert, "], got ",
-              w_down.sizes());
+  TORCH_CHECK(w_up.sizes() == w_gate.sizes(), "moe: w_up ", w_up.sizes(), " != w_gate ", w_gate.sizes());
+  TORCH_CHECK(
+      w_down.dim() == 3 && w_down.size(0) == plan.experts && w_down.size(1) == hidden && w_down.size(2) == d_expert,
+      "moe: w_down must be [", plan.experts, ", ", hidden, ", ", d_expert, "], got ", w_down.sizes());
   for (const auto* w : {&w_gate, &w_up, &w_down}) {
     TORCH_CHECK(w->scalar_type() == x.scalar_type() && w->device() == x.device(),
                 "moe: expert weights must match the input's dtype and device");
   }
-  return GroupedSwiGluFunction::apply(x.contiguous(), w_gate.contiguous(), w_up.contiguous(),
-                                      w_down.contiguous(), plan.offsets);
+  return GroupedSwiGluFunction::apply(x.contiguous(), w_gate.contiguous(), w_up.contiguous(), w_down.contiguous(),
+                                      plan.offsets);
 }
 
-torch::Tensor combine(const torch::Tensor& expert_out, const torch::Tensor& gates,
-                      const RoutePlan& plan) {
+torch::Tensor combine(const torch::Tensor& expert_out, const torch::Tensor& gates, const RoutePlan& plan) {
   check_rows(expert_out, "combine input", plan.rows);
-  TORCH_CHECK(gates.dim() == 2 && gates.size(0) == plan.tokens && gates.size(1) == plan.top_k,
-              "moe: gates must be [", plan.tokens, ", ", plan.top_k, "], got ", gates.sizes());
-  TORCH_CHECK(gates.scalar_type() == expert_out.scalar_type(), "moe: gates dtype ",
-              gates.scalar_type(), " != expert output dtype ", expert_out.scalar_type());
-  return CombineFunction::apply(expert_out.contiguous(), gates.contiguous(), plan.dest_row,
-                                plan.row_source);
+  TORCH_CHECK(gates.dim() == 2 && gates.size(0) == plan.tokens && gates.size(1) == plan.top_k, "moe: gates must be [",
+              plan.tokens, ", ", plan.top_k, "], got ", gates.sizes());
+  TORCH_CHECK(gates.scalar_type() == expert_out.scalar_type(), "moe: gates dtype ", gates.scalar_type(),
+              " != expert output dtype ", expert_out.scalar_type());
+  return CombineFunction::apply(expert_out.contiguous(), gates.contiguous(), plan.dest_row, plan.row_source);
 }
 
 }  // namespace moerl::moe

@@ -29,11 +29,13 @@ EngineOptions engine_options(const config::Config& config, const text::EpisodeFo
   options.isolate_sessions = config.run.deterministic;
   options.moe_top_k = config.rollout.moe_top_k;
   options.kv_cache_dtype = config.rollout.kv_cache_dtype == config::KvCacheStorage::Int8 ? model::KVCacheDtype::Int8
-                                                                                          : model::KVCacheDtype::Float;
+                                                                                         : model::KVCacheDtype::Float;
   return options;
 }
 
-std::vector<int> env_worker_ranks(const runtime::World& world) { return world.layout().ranks_of(runtime::Role::EnvWorker); }
+std::vector<int> env_worker_ranks(const runtime::World& world) {
+  return world.layout().ranks_of(runtime::Role::EnvWorker);
+}
 
 // Sessions of different actors never share an id: the actor's rank in the high bits.
 std::uint64_t episode_id(int rank, std::uint64_t counter) { return (static_cast<std::uint64_t>(rank) << 40) | counter; }
@@ -163,7 +165,8 @@ void Actor::prompt_turn(Episode& episode, const std::string& observation, bool f
   episode.needs_end_of_turn = false;
   Trajectory& t = episode.trajectory;
   if (!first) {
-    if (config_.rollout.context_policy == config::ContextBudgetPolicy::DropOldestTurns) make_room(episode, prompt.size());
+    if (config_.rollout.context_policy == config::ContextBudgetPolicy::DropOldestTurns)
+      make_room(episode, prompt.size());
     episode.turn_starts.push_back(t.tokens.size());
   }
   for (std::int64_t token : prompt) {
@@ -173,10 +176,10 @@ void Actor::prompt_turn(Episode& episode, const std::string& observation, bool f
     t.versions.push_back(-1);
   }
   if (first) {
-    const std::uint64_t seed =
-        config_.run.deterministic
-            ? canonical_session_seed(config_.run.seed, episode.group.task.seed, static_cast<std::uint64_t>(episode.sample))
-            : episode.id ^ static_cast<std::uint64_t>(config_.run.seed) * 0x9E3779B97F4A7C15ull;
+    const std::uint64_t seed = config_.run.deterministic
+                                   ? canonical_session_seed(config_.run.seed, episode.group.task.seed,
+                                                            static_cast<std::uint64_t>(episode.sample))
+                                   : episode.id ^ static_cast<std::uint64_t>(config_.run.seed) * 0x9E3779B97F4A7C15ull;
     engine_.add_session(episode.id, seed);
   }
   engine_.append_prompt(episode.id, prompt);
@@ -309,7 +312,8 @@ void Actor::fail(Episode& episode, env::FailureReason reason, const std::string&
 }
 
 void Actor::send_episode(Trajectory& t) {
-  const int learner = static_cast<int>(t.group_id % static_cast<std::uint64_t>(world_.layout().count(runtime::Role::Learner)));
+  const int learner =
+      static_cast<int>(t.group_id % static_cast<std::uint64_t>(world_.layout().count(runtime::Role::Learner)));
   // Evaluation episodes go to learner 0, which keeps the before/after table;
   // so do failure records, for the run's failure books.
   const int destination = t.evaluation ? runtime::RankLayout::kCoordinatorRank : learner;
@@ -377,7 +381,8 @@ void Actor::apply_new_weights() {
   try {
     ready = receiver_->poll();
   } catch (const comm::PeerFailure& failure) {
-    spdlog::warn("actor {}: the weight-sync group lost a member ({}); rebuilding it", world_.role_index(), failure.what());
+    spdlog::warn("actor {}: the weight-sync group lost a member ({}); rebuilding it", world_.role_index(),
+                 failure.what());
     recover_sync_group();
     return;
   } catch (const sync::CorruptVersionError& error) {
@@ -421,7 +426,8 @@ void Actor::run(runtime::StopCoordinator& stop) {
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    const auto waiting = std::count_if(episodes_.begin(), episodes_.end(), [](const auto& e) { return e.second.waiting_env; });
+    const auto waiting =
+        std::count_if(episodes_.begin(), episodes_.end(), [](const auto& e) { return e.second.waiting_env; });
     telemetry::metrics().set("rollout.sessions_waiting_env", static_cast<double>(waiting));
     if (load_) {
       load_->live_sessions = static_cast<std::int32_t>(episodes_.size());
@@ -430,7 +436,8 @@ void Actor::run(runtime::StopCoordinator& stop) {
   }
   // Keep the weight-sync collectives matched until learner 0 closes them
   // (it does, also after a stop signal), with a deadline in case it is gone.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.cluster.message_timeout_s);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.cluster.message_timeout_s);
   while (!receiver_->closed()) {
     if (std::chrono::steady_clock::now() > deadline)
       throw runtime::TimeoutError("actor " + std::to_string(world_.role_index()) +

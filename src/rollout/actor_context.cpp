@@ -60,8 +60,8 @@ bool Actor::make_room(Episode& episode, size_t prompt_tokens) {
     }
     return std::nullopt;
   };
-  const size_t cut = oldest_cut_within(std::max(budget / 2, head + need + 1)).value_or(
-      oldest_cut_within(budget).value_or(window));
+  const size_t cut =
+      oldest_cut_within(std::max(budget / 2, head + need + 1)).value_or(oldest_cut_within(budget).value_or(window));
   if (moe_layers_ > 0) {
     const torch::Tensor routing = engine_.context_routing(episode.id);  // [fed, layers, k]
     if (routing.size(0) == static_cast<std::int64_t>(window) - 1) {
@@ -79,7 +79,8 @@ bool Actor::make_room(Episode& episode, size_t prompt_tokens) {
   const size_t new_start = t.tokens.size();
   std::vector<size_t> turn_starts;
   for (const size_t start : episode.turn_starts)
-    if (start - episode.window_start >= cut) turn_starts.push_back(new_start + head + (start - episode.window_start - cut));
+    if (start - episode.window_start >= cut)
+      turn_starts.push_back(new_start + head + (start - episode.window_start - cut));
   t.window_starts.push_back(static_cast<std::int32_t>(new_start));
   for (const std::int64_t token : kept) {
     t.tokens.push_back(static_cast<std::int32_t>(token));
@@ -92,8 +93,8 @@ bool Actor::make_room(Episode& episode, size_t prompt_tokens) {
   t.dropped_turns += dropped;
   telemetry::metrics().add("actor.context_rebuilds");
   telemetry::metrics().add("actor.context_dropped_turns", static_cast<double>(dropped));
-  spdlog::debug("episode {}: context rebuilt to {} tokens (head {}, {} turns dropped)", t.episode_id, kept.size(),
-                head, dropped);
+  spdlog::debug("episode {}: context rebuilt to {} tokens (head {}, {} turns dropped)", t.episode_id, kept.size(), head,
+                dropped);
   engine_.replace_context(episode.id, std::move(kept));
   return true;
 }

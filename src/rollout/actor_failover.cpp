@@ -74,8 +74,9 @@ int Actor::restore_sessions_of(int worker) {
       // actions since, or replays every acknowledged action (environments are
       // deterministic): the session is where it was, the trajectory untouched.
       if (!episode.snapshot_path.empty()) {
-        const std::vector<std::string> since(episode.env_actions.begin() + static_cast<std::ptrdiff_t>(episode.snapshot_turn),
-                                             episode.env_actions.end());
+        const std::vector<std::string> since(
+            episode.env_actions.begin() + static_cast<std::ptrdiff_t>(episode.snapshot_turn),
+            episode.env_actions.end());
         episode.awaited_request = env_.restore_from_archive_on(id, episode.snapshot_path, since, target);
       } else {
         const env::SessionSnapshot snapshot{id, episode.group.task, episode.env_actions, {}};

@@ -24,16 +24,14 @@ const char* stop_reason_name(StopReason reason) {
 GenerationEngine::GenerationEngine(model::Policy policy, EngineOptions options)
     : policy_(std::move(policy)),
       options_(options),
-      cache_(policy_->model_config(),
-             policy_->embed_tokens->weight.options().requires_grad(false),
-             model::PagedCacheOptions{options.block_size, options.initial_kv_blocks,
-                                      options.max_kv_blocks, 8, options.kv_cache_dtype}) {
+      cache_(policy_->model_config(), policy_->embed_tokens->weight.options().requires_grad(false),
+             model::PagedCacheOptions{options.block_size, options.initial_kv_blocks, options.max_kv_blocks, 8,
+                                      options.kv_cache_dtype}) {
   const auto& model = policy_->model_config();
   MOERL_CHECK(options_.max_step_tokens >= 1, "rollout: max_step_tokens must be >= 1");
   MOERL_CHECK(options_.truncate_keep_fraction > 0 && options_.truncate_keep_fraction < 1,
               "rollout: truncate_keep_fraction must be in (0, 1)");
-  budget_ = options_.context_budget > 0 ? std::min(options_.context_budget, model.max_seq_len)
-                                        : model.max_seq_len;
+  budget_ = options_.context_budget > 0 ? std::min(options_.context_budget, model.max_seq_len) : model.max_seq_len;
   if (options_.max_kv_blocks > 0) budget_ = std::min(budget_, options_.max_kv_blocks * options_.block_size);
   MOERL_CHECK(budget_ >= 2, "rollout: the context budget must allow at least 2 tokens");
   moe_layers_ = policy_->num_moe_layers();
@@ -120,8 +118,7 @@ void GenerationEngine::check_vocabulary(const std::vector<std::int64_t>& tokens,
 
 void GenerationEngine::append_prompt(std::uint64_t id, const std::vector<std::int64_t>& tokens) {
   Session& s = get(id);
-  MOERL_CHECK(!s.generating, "rollout: append_prompt on session " + std::to_string(id) +
-                                 " while it is generating");
+  MOERL_CHECK(!s.generating, "rollout: append_prompt on session " + std::to_string(id) + " while it is generating");
   check_vocabulary(tokens, "prompt");
   if (s.over) return;  // the episode already ended; nothing more is fed
   const std::size_t before = s.context.size();
@@ -140,8 +137,8 @@ void GenerationEngine::replace_context(std::uint64_t id, std::vector<std::int64_
   Session& s = get(id);
   MOERL_CHECK(!s.generating, "rollout: replace_context on session " + std::to_string(id) + " while it is generating");
   MOERL_CHECK(static_cast<std::int64_t>(tokens.size()) <= budget_ - 1,
-              "rollout: replace_context: " + std::to_string(tokens.size()) + " tokens do not fit the context budget of " +
-                  std::to_string(budget_));
+              "rollout: replace_context: " + std::to_string(tokens.size()) +
+                  " tokens do not fit the context budget of " + std::to_string(budget_));
   check_vocabulary(tokens, "context");
   reset_context(s, std::move(tokens));
 }
@@ -180,8 +177,7 @@ void GenerationEngine::finish_turn(Session& s, StopReason reason, std::vector<st
   s.turn.episode_over = s.over;
   const auto n = static_cast<std::int64_t>(s.turn.tokens.size());
   if (moe_layers_ > 0) {
-    s.turn.expert_indices =
-        torch::tensor(s.turn_routing, torch::kLong).view({n, moe_layers_, top_k_}).clone();
+    s.turn.expert_indices = torch::tensor(s.turn_routing, torch::kLong).view({n, moe_layers_, top_k_}).clone();
   }
   s.truncated_since_turn = false;
   finished.push_back(s.id);
@@ -228,9 +224,9 @@ bool GenerationEngine::has_work() const {
 
 void GenerationEngine::swap_weights(const std::vector<torch::Tensor>& new_params, std::int64_t version) {
   std::vector<torch::Tensor> params = policy_->parameters();
-  MOERL_CHECK(new_params.size() == params.size(),
-              "rollout: swap_weights got " + std::to_string(new_params.size()) + " tensors, the policy has " +
-                  std::to_string(params.size()) + " parameters");
+  MOERL_CHECK(new_params.size() == params.size(), "rollout: swap_weights got " + std::to_string(new_params.size()) +
+                                                      " tensors, the policy has " + std::to_string(params.size()) +
+                                                      " parameters");
   for (std::size_t i = 0; i < params.size(); ++i) {
     MOERL_CHECK(new_params[i].defined() && new_params[i].sizes() == params[i].sizes(),
                 "rollout: swap_weights tensor " + std::to_string(i) + " has shape " +
@@ -415,7 +411,8 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
   const std::int64_t per_token = moe_layers_ * top_k_;
   const torch::Tensor last = out.last_token.to(torch::kCPU).contiguous();
   bool any_sampling = false;
-  for (const Row& r : rows) any_sampling |= r.session->generating && r.session->fed + r.count == feed_target(*r.session);
+  for (const Row& r : rows)
+    any_sampling |= r.session->generating && r.session->fed + r.count == feed_target(*r.session);
   torch::Tensor logits;
   if (any_sampling) logits = out.next_token_logits().to(torch::kCPU, torch::kDouble).contiguous();
 
@@ -473,8 +470,7 @@ std::vector<std::uint64_t> GenerationEngine::step() {
     telemetry::record_expert_load(expert_load_);
     expert_load_ = telemetry::ExpertLoad();
   }
-  m.record("rollout.step_latency_s",
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  m.record("rollout.step_latency_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return finished;
 }
 

@@ -16,8 +16,7 @@ double FilteredDistribution::log_prob(std::int64_t id) const {
   return -std::numeric_limits<double>::infinity();
 }
 
-FilteredDistribution filter_distribution(const double* logits, std::int64_t vocab,
-                                         const SamplingParams& params) {
+FilteredDistribution filter_distribution(const double* logits, std::int64_t vocab, const SamplingParams& params) {
   MOERL_CHECK(vocab > 0, "sampling: empty vocabulary");
   FilteredDistribution out;
   if (params.greedy) {
@@ -107,8 +106,8 @@ std::size_t sample_position(const FilteredDistribution& dist, double u) {
   return dist.probs.size() - 1;
 }
 
-SampledToken sample_token(const double* logits, std::int64_t vocab, const SamplingParams& params,
-                          std::uint64_t seed, std::uint64_t index) {
+SampledToken sample_token(const double* logits, std::int64_t vocab, const SamplingParams& params, std::uint64_t seed,
+                          std::uint64_t index) {
   const FilteredDistribution dist = filter_distribution(logits, vocab, params);
   const std::size_t pos = params.greedy ? 0 : sample_position(dist, counter_uniform(seed, index));
   SampledToken token;

@@ -59,8 +59,9 @@ std::int32_t Trajectory::min_version() const {
 
 std::pair<size_t, size_t> Trajectory::window(std::int32_t w) const {
   const size_t begin = w == 0 ? 0 : static_cast<size_t>(window_starts.at(static_cast<size_t>(w - 1)));
-  const size_t end = static_cast<size_t>(w) < window_starts.size() ? static_cast<size_t>(window_starts[static_cast<size_t>(w)])
-                                                                   : tokens.size();
+  const size_t end = static_cast<size_t>(w) < window_starts.size()
+                         ? static_cast<size_t>(window_starts[static_cast<size_t>(w)])
+                         : tokens.size();
   return {begin, end};
 }
 
@@ -138,9 +139,10 @@ Trajectory Trajectory::decode(runtime::ByteReader& r) {
   if (!t.failed() && !t.error.empty()) throw runtime::WireError("trajectory: an error text without a failure reason");
   const size_t n = t.tokens.size();
   if (t.generated.size() != n || t.behaviour_logprobs.size() != n || t.versions.size() != n)
-    throw runtime::WireError("trajectory fields generated/behaviour_logprobs/versions disagree in length with tokens (" +
-                             std::to_string(t.generated.size()) + "/" + std::to_string(t.behaviour_logprobs.size()) +
-                             "/" + std::to_string(t.versions.size()) + " vs " + std::to_string(n) + ")");
+    throw runtime::WireError(
+        "trajectory fields generated/behaviour_logprobs/versions disagree in length with tokens (" +
+        std::to_string(t.generated.size()) + "/" + std::to_string(t.behaviour_logprobs.size()) + "/" +
+        std::to_string(t.versions.size()) + " vs " + std::to_string(n) + ")");
   // Every window holds at least 2 tokens (one position scores the next).
   size_t previous = 0;
   for (const std::int32_t start : t.window_starts) {
@@ -150,7 +152,8 @@ Trajectory Trajectory::decode(runtime::ByteReader& r) {
     previous = static_cast<size_t>(start);
   }
   const size_t windows = t.window_starts.size() + 1;
-  const size_t per_position = static_cast<size_t>(std::max(0, t.moe_layers)) * static_cast<size_t>(std::max(0, t.top_k));
+  const size_t per_position =
+      static_cast<size_t>(std::max(0, t.moe_layers)) * static_cast<size_t>(std::max(0, t.top_k));
   if (per_position && n > 0 && t.routing.size() != (n - windows) * per_position)
     throw runtime::WireError("trajectory field routing holds " + std::to_string(t.routing.size()) +
                              " entries, expected " + std::to_string((n - windows) * per_position));

@@ -42,15 +42,12 @@ std::string describe_ranks(const std::set<int>& ranks, const RankLayout& layout)
   return text;
 }
 
-void check_in(const config::Config& config, const World& world, Mailbox& mailbox,
-              DryRunResult& result) {
+void check_in(const config::Config& config, const World& world, Mailbox& mailbox, DryRunResult& result) {
   const std::uint64_t fingerprint = config::config_fingerprint(config);
   if (world.is_coordinator()) {
-    for (int rank = 1; rank < world.size(); ++rank)
-      mailbox.send(rank, Hello{config.run.name, fingerprint});
-    result.ranks.push_back({world.rank(), role_name(world.role()), world.role_index(),
-                            world.placement_host(), static_cast<std::int64_t>(getpid()),
-                            world.compute_threads()});
+    for (int rank = 1; rank < world.size(); ++rank) mailbox.send(rank, Hello{config.run.name, fingerprint});
+    result.ranks.push_back({world.rank(), role_name(world.role()), world.role_index(), world.placement_host(),
+                            static_cast<std::int64_t>(getpid()), world.compute_threads()});
     std::set<int> missing;
     for (int rank = 1; rank < world.size(); ++rank) missing.insert(rank);
     while (!missing.empty()) {
@@ -60,8 +57,7 @@ void check_in(const config::Config& config, const World& world, Mailbox& mailbox
       } catch (const TimeoutError&) {
         std::ostringstream out;
         out << (missing.size() == 1 ? "rank " : "ranks ") << describe_ranks(missing, world.layout())
-            << " did not check in with learner 0 within " << mailbox.timeout_s()
-            << " s ([cluster] message_timeout_s)";
+            << " did not check in with learner 0 within " << mailbox.timeout_s() << " s ([cluster] message_timeout_s)";
         throw TimeoutError(out.str());
       }
       auto& [source, reply] = received;
@@ -73,19 +69,16 @@ void check_in(const config::Config& config, const World& world, Mailbox& mailbox
         throw MessageError("HelloReply from rank " + std::to_string(source) + " claims rank " +
                            std::to_string(reply.rank));
       missing.erase(source);
-      result.ranks.push_back({reply.rank, reply.role, reply.role_index, reply.hostname, reply.pid,
-                              reply.threads});
+      result.ranks.push_back({reply.rank, reply.role, reply.role_index, reply.hostname, reply.pid, reply.threads});
     }
     std::sort(result.ranks.begin(), result.ranks.end(),
               [](const RankReport& a, const RankReport& b) { return a.rank < b.rank; });
   } else {
     auto [source, hello] = mailbox.receive<Hello>(kCoordinator);
-    if (hello.config_hash != fingerprint)
-      throw Error("learner 0 resolved a different configuration than this rank");
+    if (hello.config_hash != fingerprint) throw Error("learner 0 resolved a different configuration than this rank");
     mailbox.send(kCoordinator,
-                 HelloReply{world.rank(), role_name(world.role()), world.role_index(),
-                            world.placement_host(), static_cast<std::int64_t>(getpid()),
-                            world.compute_threads(), fingerprint});
+                 HelloReply{world.rank(), role_name(world.role()), world.role_index(), world.placement_host(),
+                            static_cast<std::int64_t>(getpid()), world.compute_threads(), fingerprint});
   }
   telemetry::metrics().add("runtime.messages_sent", world.is_coordinator() ? world.size() - 1 : 1);
 }
@@ -116,8 +109,7 @@ void ping_everyone(const World& world, Mailbox& mailbox) {
   telemetry::metrics().add("runtime.messages_sent", 2.0 * (world.size() - 1));
 }
 
-void collect_metrics(const config::Config& config, const World& world, Mailbox& mailbox,
-                     DryRunResult& result) {
+void collect_metrics(const config::Config& config, const World& world, Mailbox& mailbox, DryRunResult& result) {
   if (!world.is_coordinator()) {
     mailbox.send(kCoordinator, MetricsReport{telemetry::metrics().snapshot()});
     return;
@@ -164,19 +156,18 @@ DryRunResult run_dry_run(const config::Config& config, const World& world, Mailb
   return result;
 }
 
-std::string format_plan(const config::Config& config, const RankLayout& layout,
-                        const DryRunResult& result) {
+std::string format_plan(const config::Config& config, const RankLayout& layout, const DryRunResult& result) {
   std::set<std::string> hosts;
   for (const RankReport& r : result.ranks) hosts.insert(r.hostname);
   std::ostringstream out;
-  out << "moerl dry run: run '" << config.run.name << "', " << layout.world_size() << " ranks on "
-      << hosts.size() << (hosts.size() == 1 ? " host" : " hosts") << "\n\n";
-  out << std::left << std::setw(6) << "rank" << std::setw(18) << "role" << std::setw(24) << "host"
-      << std::setw(10) << "pid" << "threads\n";
+  out << "moerl dry run: run '" << config.run.name << "', " << layout.world_size() << " ranks on " << hosts.size()
+      << (hosts.size() == 1 ? " host" : " hosts") << "\n\n";
+  out << std::left << std::setw(6) << "rank" << std::setw(18) << "role" << std::setw(24) << "host" << std::setw(10)
+      << "pid"
+      << "threads\n";
   for (const RankReport& r : result.ranks) {
-    out << std::left << std::setw(6) << r.rank << std::setw(18)
-        << (r.role + " " + std::to_string(r.role_index)) << std::setw(24) << r.hostname
-        << std::setw(10) << r.pid << r.threads << "\n";
+    out << std::left << std::setw(6) << r.rank << std::setw(18) << (r.role + " " + std::to_string(r.role_index))
+        << std::setw(24) << r.hostname << std::setw(10) << r.pid << r.threads << "\n";
   }
   auto list = [&layout](Role role) {
     std::ostringstream s;
@@ -186,15 +177,14 @@ std::string format_plan(const config::Config& config, const RankLayout& layout,
     if (ranks.size() > 1) s << "-" << ranks.back();
     return s.str();
   };
-  out << "\nroles: learners " << list(Role::Learner) << "; actors " << list(Role::Actor)
-      << "; env workers " << list(Role::EnvWorker) << "; standby actors "
-      << list(Role::StandbyActor) << "\n";
+  out << "\nroles: learners " << list(Role::Learner) << "; actors " << list(Role::Actor) << "; env workers "
+      << list(Role::EnvWorker) << "; standby actors " << list(Role::StandbyActor) << "\n";
   out << "weight sync group: learner 0 + " << layout.count(Role::Actor) << " actors + "
       << layout.count(Role::StandbyActor) << " standby\n";
   const auto& m = config.model;
   const auto& e = config.moe;
-  out << "model: d_model " << m.d_model << ", " << m.num_layers << " layers, " << m.num_heads
-      << " heads (" << m.num_kv_heads << " kv), vocab " << m.vocab_size;
+  out << "model: d_model " << m.d_model << ", " << m.num_layers << " layers, " << m.num_heads << " heads ("
+      << m.num_kv_heads << " kv), vocab " << m.vocab_size;
   if (e.enabled) {
     out << "; MoE " << e.num_experts << " experts, top-" << e.top_k;
     if (config.rollout.moe_top_k != 0 && config.rollout.moe_top_k != e.top_k)
@@ -204,8 +194,8 @@ std::string format_plan(const config::Config& config, const RankLayout& layout,
   }
   out << "\n";
   std::ostringstream latency;
-  latency << std::fixed << std::setprecision(3) << "p50 " << result.ping_round_trip_s.quantile(0.5) * 1e3
-          << " ms, p99 " << result.ping_round_trip_s.quantile(0.99) * 1e3 << " ms";
+  latency << std::fixed << std::setprecision(3) << "p50 " << result.ping_round_trip_s.quantile(0.5) * 1e3 << " ms, p99 "
+          << result.ping_round_trip_s.quantile(0.99) * 1e3 << " ms";
   out << "messages: " << result.messages_sent << " exchanged, every pair of ranks pinged ("
       << result.ping_round_trip_s.count() << " round trips: " << latency.str() << ")\n";
   out << "metrics: " << result.metrics_path << "\n";

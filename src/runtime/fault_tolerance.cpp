@@ -47,7 +47,7 @@ std::string mpi_description() {
   if (fault_tolerant_mpi()) return version + ", fault tolerant (ULFM): a lost actor or env worker fails over";
   return version + ", ULFM built but off for this job (" +
          (environment_says("MOERL_FAULT_TOLERANCE", "off") ? std::string("MOERL_FAULT_TOLERANCE=off")
-                                                            : std::string("not launched with --with-ft ulfm")) +
+                                                           : std::string("not launched with --with-ft ulfm")) +
          "): a lost rank stops the job for a restart";
 #else
   return version + ", without ULFM: a lost rank stops the job for a restart (scripts/launch.sh restarts it)";
@@ -95,9 +95,8 @@ bool wait_until_known_failed(MPI_Comm comm, const std::vector<int>& ranks, doubl
   MPI_Comm_rank(comm, &self);
   for (;;) {
     const std::vector<int> failed = failed_ranks(comm);
-    if (std::all_of(ranks.begin(), ranks.end(), [&](int rank) {
-          return std::find(failed.begin(), failed.end(), rank) != failed.end();
-        }))
+    if (std::all_of(ranks.begin(), ranks.end(),
+                    [&](int rank) { return std::find(failed.begin(), failed.end(), rank) != failed.end(); }))
       return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
     int flag = 0;  // any call into MPI progresses its failure detection; a probe of ourselves touches no peer

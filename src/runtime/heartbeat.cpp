@@ -66,7 +66,10 @@ JobAbort JobAbort::decode(ByteReader& r) {
 
 HeartbeatThread::HeartbeatThread(Mailbox& mailbox, const RankLayout& layout, Heartbeat identity, Options options,
                                  std::function<void(const std::string&)> coordinator_lost)
-    : mailbox_(mailbox), layout_(layout), identity_(std::move(identity)), options_(options),
+    : mailbox_(mailbox),
+      layout_(layout),
+      identity_(std::move(identity)),
+      options_(options),
       coordinator_lost_(std::move(coordinator_lost)) {
   if (options_.mode == Mode::ModeCoordinator)
     health_ = std::make_unique<RankHealth>(layout_, options_.timeout_s, monotonic_seconds());

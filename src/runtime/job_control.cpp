@@ -204,8 +204,7 @@ bool StopCoordinator::should_stop() {
   if (stopping_) return true;
   if (const int signal_number = stop_signal_received(); signal_number != 0 && !forwarded_signal_) {
     forwarded_signal_ = true;
-    request_stop("signal " + std::to_string(signal_number) + " on rank " +
-                 std::to_string(mailbox_.rank()));
+    request_stop("signal " + std::to_string(signal_number) + " on rank " + std::to_string(mailbox_.rank()));
     if (stopping_) return true;
   }
   if (mailbox_.rank() == coordinator_) {
@@ -300,9 +299,10 @@ void abort_job(const std::string& role_label, const std::string& what, int statu
   const int rank = world_rank_or_unknown();  // the job rank once placement decided it
   const char* role = role_label.empty() ? "no role yet" : role_label.c_str();
   if (status == kLostRankExitStatus)
-    std::fprintf(stderr, "moerl: rank %d (%s) lost a rank the job cannot go on without: %s\n"
-                 "moerl: stopping the whole job (status %d: scripts/launch.sh restarts it)\n", rank, role, what.c_str(),
-                 status);
+    std::fprintf(stderr,
+                 "moerl: rank %d (%s) lost a rank the job cannot go on without: %s\n"
+                 "moerl: stopping the whole job (status %d: scripts/launch.sh restarts it)\n",
+                 rank, role, what.c_str(), status);
   else
     std::fprintf(stderr, "moerl: fatal error on rank %d (%s): %s\nmoerl: stopping the whole job\n", rank, role,
                  what.c_str());

@@ -42,9 +42,9 @@ Mailbox::Mailbox(MPI_Comm comm, double timeout_s) : comm_(comm), timeout_s_(time
 }
 
 void Mailbox::send_frame(int destination, MessageType type, const std::vector<std::uint8_t>& frame) {
-  MOERL_CHECK(destination >= 0 && destination < size_,
-              "send of " + std::string(message_type_name(type)) + " to rank " +
-                  std::to_string(destination) + " outside the world of " + std::to_string(size_));
+  MOERL_CHECK(destination >= 0 && destination < size_, "send of " + std::string(message_type_name(type)) + " to rank " +
+                                                           std::to_string(destination) + " outside the world of " +
+                                                           std::to_string(size_));
   auto lost = [&] {
     return PeerLostError(destination, "rank " + std::to_string(rank_) + ": sending " + message_type_name(type) +
                                           " to rank " + std::to_string(destination) + ": MPI reports that rank dead");
@@ -66,9 +66,8 @@ void Mailbox::send_frame(int destination, MessageType type, const std::vector<st
       MPI_Cancel(&request);
       MPI_Request_free(&request);
       std::ostringstream out;
-      out << "rank " << rank_ << ": sending " << message_type_name(type) << " to rank "
-          << destination << " did not complete within " << timeout_s_
-          << " s (is rank " << destination << " alive and receiving?)";
+      out << "rank " << rank_ << ": sending " << message_type_name(type) << " to rank " << destination
+          << " did not complete within " << timeout_s_ << " s (is rank " << destination << " alive and receiving?)";
       throw TimeoutError(out.str());
     }
     backoff.pause();
@@ -117,8 +116,8 @@ Envelope Mailbox::receive_envelope(MessageType type, int source, double timeout_
     if (std::optional<Envelope> envelope = poll_envelope(type, source)) return std::move(*envelope);
     if (monotonic_seconds() > deadline) {
       std::ostringstream out;
-      out << "rank " << rank_ << ": no " << message_type_name(type) << " message from "
-          << peer_name(source) << " within " << timeout_s << " s";
+      out << "rank " << rank_ << ": no " << message_type_name(type) << " message from " << peer_name(source)
+          << " within " << timeout_s << " s";
       throw TimeoutError(out.str());
     }
     backoff.pause();

@@ -14,14 +14,15 @@ std::optional<std::string> MalformedMessages::drop(const MessageError& error) {
     std::lock_guard<std::mutex> lock(mutex_);
     count = ++by_rank_[rank];
   }
-  const std::string sender = rank >= 0 && rank < layout_.world_size()
-                                 ? std::string(role_name(layout_.assignment(rank).role)) + " rank " + std::to_string(rank)
-                                 : std::string("an unknown rank");
+  const std::string sender =
+      rank >= 0 && rank < layout_.world_size()
+          ? std::string(role_name(layout_.assignment(rank).role)) + " rank " + std::to_string(rank)
+          : std::string("an unknown rank");
   spdlog::warn("{}: dropped a malformed message from {} ({} of {} allowed): {}", receiver_, sender, count, limit_,
                error.what());
   if (count != limit_) return std::nullopt;
-  return sender + " sent " + std::to_string(count) + " malformed messages ([cluster] malformed_message_limit); the last: " +
-         error.what();
+  return sender + " sent " + std::to_string(count) +
+         " malformed messages ([cluster] malformed_message_limit); the last: " + error.what();
 }
 
 std::int64_t MalformedMessages::dropped_from(int rank) const {

@@ -38,11 +38,9 @@ const char* message_type_name(MessageType type) {
 
 bool is_known_message_type(std::uint16_t value) { return value >= 1 && value <= kMaxMessageType; }
 
-std::vector<std::uint8_t> frame_message(MessageType type, int sender_rank,
-                                        const std::vector<std::uint8_t>& payload) {
-  MOERL_CHECK(payload.size() <= kMaxPayloadBytes,
-              std::string("payload of ") + message_type_name(type) + " too large: " +
-                  std::to_string(payload.size()) + " bytes");
+std::vector<std::uint8_t> frame_message(MessageType type, int sender_rank, const std::vector<std::uint8_t>& payload) {
+  MOERL_CHECK(payload.size() <= kMaxPayloadBytes, std::string("payload of ") + message_type_name(type) +
+                                                      " too large: " + std::to_string(payload.size()) + " bytes");
   ByteWriter w;
   w.bytes().reserve(kHeaderBytes + payload.size());
   w.put<std::uint32_t>(kWireMagic);
@@ -59,18 +57,15 @@ namespace {
 
 [[noreturn]] void reject(MessageType expected, int source, const std::string& problem) {
   std::ostringstream out;
-  out << "malformed " << message_type_name(expected) << " message from rank " << source << ": "
-      << problem;
+  out << "malformed " << message_type_name(expected) << " message from rank " << source << ": " << problem;
   throw MessageError(out.str(), source);
 }
 
 }  // namespace
 
-Envelope unframe_message(const std::vector<std::uint8_t>& frame, MessageType expected_type,
-                         int mpi_source) {
+Envelope unframe_message(const std::vector<std::uint8_t>& frame, MessageType expected_type, int mpi_source) {
   if (frame.size() < kHeaderBytes)
-    reject(expected_type, mpi_source,
-           "only " + std::to_string(frame.size()) + " bytes, shorter than the header");
+    reject(expected_type, mpi_source, "only " + std::to_string(frame.size()) + " bytes, shorter than the header");
   ByteReader header(frame.data(), kHeaderBytes);
   const auto magic = header.get<std::uint32_t>();
   const auto version = header.get<std::uint16_t>();
@@ -81,19 +76,16 @@ Envelope unframe_message(const std::vector<std::uint8_t>& frame, MessageType exp
   if (magic != kWireMagic) reject(expected_type, mpi_source, "bad magic number (not a moerl message)");
   if (version != kWireVersion)
     reject(expected_type, mpi_source,
-           "wire version " + std::to_string(version) + ", this build speaks " +
-               std::to_string(kWireVersion) + " (mixed moerl builds in one job?)");
-  if (!is_known_message_type(type))
-    reject(expected_type, mpi_source, "unknown message type " + std::to_string(type));
+           "wire version " + std::to_string(version) + ", this build speaks " + std::to_string(kWireVersion) +
+               " (mixed moerl builds in one job?)");
+  if (!is_known_message_type(type)) reject(expected_type, mpi_source, "unknown message type " + std::to_string(type));
   if (type != static_cast<std::uint16_t>(expected_type))
-    reject(expected_type, mpi_source,
-           std::string("header says ") + message_type_name(static_cast<MessageType>(type)));
+    reject(expected_type, mpi_source, std::string("header says ") + message_type_name(static_cast<MessageType>(type)));
   if (length != frame.size() - kHeaderBytes)
     reject(expected_type, mpi_source,
            "header announces " + std::to_string(length) + " payload bytes, received " +
                std::to_string(frame.size() - kHeaderBytes));
-  if (sender != mpi_source)
-    reject(expected_type, mpi_source, "header names sender rank " + std::to_string(sender));
+  if (sender != mpi_source) reject(expected_type, mpi_source, "header names sender rank " + std::to_string(sender));
   const std::uint8_t* payload = frame.data() + kHeaderBytes;
   if (crc32(payload, length) != checksum) reject(expected_type, mpi_source, "payload checksum mismatch");
   return Envelope{expected_type, mpi_source, std::vector<std::uint8_t>(payload, payload + length)};

@@ -72,7 +72,7 @@ MetricsReport MetricsReport::decode(ByteReader& r) {
     }
     if (total != count)
       throw WireError("histogram '" + name + "' buckets hold " + std::to_string(total) +
-                               " samples but its count says " + std::to_string(count));
+                      " samples but its count says " + std::to_string(count));
     m.snapshot.histograms[name] = telemetry::Histogram::from_parts(std::move(buckets), count, sum, min, max);
   }
   return m;

@@ -35,8 +35,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(abort_channel_, MPI_ERRORS_RETURN);
   set_abort_channel(abort_channel_);
   if (provided_ < MPI_THREAD_MULTIPLE) {
-    const std::string message = std::string("the MPI library provides ") +
-                                thread_level_name(provided_) +
+    const std::string message = std::string("the MPI library provides ") + thread_level_name(provided_) +
                                 " but moerl needs MPI_THREAD_MULTIPLE (use an MPI built with "
                                 "thread support, e.g. Open MPI 4 or later)";
     MPI_Finalize();
@@ -60,9 +59,10 @@ void MpiSession::finalize_within(double deadline_s, int status) {
   const int rank = rank_;
   std::thread([deadline_s, status, rank] {
     std::this_thread::sleep_for(std::chrono::duration<double>(deadline_s));
-    spdlog::error("rank {}: MPI_Finalize did not return within {:.0f} s ([cluster] shutdown_timeout_s); ending with "
-                  "status {} without it",
-                  rank, deadline_s, status);
+    spdlog::error(
+        "rank {}: MPI_Finalize did not return within {:.0f} s ([cluster] shutdown_timeout_s); ending with "
+        "status {} without it",
+        rank, deadline_s, status);
     flush_logs();
     std::_Exit(status);
   }).detach();

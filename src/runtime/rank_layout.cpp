@@ -30,8 +30,7 @@ RankAssignment RankLayout::assignment(int rank) const {
     if (rank >= firsts_[r] && rank < firsts_[r] + counts_[r])
       return RankAssignment{rank, static_cast<Role>(r), rank - firsts_[r]};
   }
-  throw Error("rank " + std::to_string(rank) + " is outside the rank layout of " +
-              std::to_string(total_) + " ranks");
+  throw Error("rank " + std::to_string(rank) + " is outside the rank layout of " + std::to_string(total_) + " ranks");
 }
 
 std::vector<int> RankLayout::ranks_of(Role role) const {

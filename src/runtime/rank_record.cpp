@@ -18,14 +18,22 @@ std::string write_rank_record(const std::string& run_directory, const World& wor
   const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   JsonWriter json;
   json.begin_object()
-      .key("rank").value(world.rank())
-      .key("role").value(role_name(world.role()))
-      .key("role_index").value(world.role_index())
-      .key("host").value(world.hostname())
-      .key("placement_host").value(world.placement_host())
-      .key("pid").value(static_cast<std::int64_t>(getpid()))
-      .key("started_at").value(now)
-      .key("restart").value(restart)
+      .key("rank")
+      .value(world.rank())
+      .key("role")
+      .value(role_name(world.role()))
+      .key("role_index")
+      .value(world.role_index())
+      .key("host")
+      .value(world.hostname())
+      .key("placement_host")
+      .value(world.placement_host())
+      .key("pid")
+      .value(static_cast<std::int64_t>(getpid()))
+      .key("started_at")
+      .value(now)
+      .key("restart")
+      .value(restart)
       .end_object();
   const std::string temporary = path + ".tmp";
   {

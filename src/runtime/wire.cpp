@@ -31,13 +31,13 @@ void ByteReader::get_bytes(void* out, size_t size) {
 
 void ByteReader::expect_end() const {
   if (remaining() != 0)
-    throw WireError("payload has " + std::to_string(remaining()) +
-                    " unexpected trailing bytes after offset " + std::to_string(offset_));
+    throw WireError("payload has " + std::to_string(remaining()) + " unexpected trailing bytes after offset " +
+                    std::to_string(offset_));
 }
 
 void ByteReader::fail(const std::string& what) const {
-  throw WireError("payload truncated: needed " + what + " at offset " + std::to_string(offset_) +
-                  " but only " + std::to_string(remaining()) + " bytes remain");
+  throw WireError("payload truncated: needed " + what + " at offset " + std::to_string(offset_) + " but only " +
+                  std::to_string(remaining()) + " bytes remain");
 }
 
 namespace {

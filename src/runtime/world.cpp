@@ -9,8 +9,7 @@
 
 namespace moerl::runtime {
 
-int choose_compute_threads(std::int64_t configured, const char* environment_value, int cores,
-                           int ranks_on_host) {
+int choose_compute_threads(std::int64_t configured, const char* environment_value, int cores, int ranks_on_host) {
   if (environment_value != nullptr && *environment_value != '\0') {
     const int from_env = std::atoi(environment_value);
     if (from_env > 0) return from_env;
@@ -23,15 +22,15 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
   int rank = 0, size = 0;
   MOERL_MPI_CHECK(MPI_Comm_rank(parent, &rank));
   MOERL_MPI_CHECK(MPI_Comm_size(parent, &size));
-  MOERL_CHECK(size == layout_.world_size(),
-              "World needs " + std::to_string(layout_.world_size()) + " ranks, the job has " +
-                  std::to_string(size) + " (check_world_size should have caught this)");
+  MOERL_CHECK(size == layout_.world_size(), "World needs " + std::to_string(layout_.world_size()) +
+                                                " ranks, the job has " + std::to_string(size) +
+                                                " (check_world_size should have caught this)");
   self_ = layout_.assignment(rank);
   world_ = parent;
   MOERL_MPI_CHECK(MPI_Comm_dup(parent, &messages_));
   MOERL_MPI_CHECK(MPI_Comm_split(parent, static_cast<int>(self_.role), rank, &role_));
-  const bool in_sync_group = rank == RankLayout::kCoordinatorRank || self_.role == Role::Actor ||
-                             self_.role == Role::StandbyActor;
+  const bool in_sync_group =
+      rank == RankLayout::kCoordinatorRank || self_.role == Role::Actor || self_.role == Role::StandbyActor;
   MOERL_MPI_CHECK(MPI_Comm_split(parent, in_sync_group ? 0 : MPI_UNDEFINED, rank, &sync_));
 
   MPI_Comm host_comm = MPI_COMM_NULL;
@@ -41,10 +40,8 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
 
   hostname_ = machine_hostname();
   placement_host_ = placement_host_name();
-  compute_threads_ = choose_compute_threads(config.cluster.threads_per_rank,
-                                            std::getenv("MOERL_THREADS_PER_RANK"),
-                                            static_cast<int>(std::thread::hardware_concurrency()),
-                                            ranks_on_host_);
+  compute_threads_ = choose_compute_threads(config.cluster.threads_per_rank, std::getenv("MOERL_THREADS_PER_RANK"),
+                                            static_cast<int>(std::thread::hardware_concurrency()), ranks_on_host_);
 }
 
 World::~World() {
@@ -55,8 +52,6 @@ World::~World() {
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
 }
 
-std::string World::role_label() const {
-  return std::string(role_name(self_.role)) + " " + std::to_string(self_.index);
-}
+std::string World::role_label() const { return std::string(role_name(self_.role)) + " " + std::to_string(self_.index); }
 
 }  // namespace moerl::runtime

@@ -35,10 +35,8 @@ struct DTypeTraits {
 };
 
 constexpr DTypeTraits kDTypes[] = {
-    {DType::Float32, "float32", 4, H5T_FLOAT, true},
-    {DType::Float64, "float64", 8, H5T_FLOAT, true},
-    {DType::Int64, "int64", 8, H5T_INTEGER, true},
-    {DType::UInt8, "uint8", 1, H5T_INTEGER, false},
+    {DType::Float32, "float32", 4, H5T_FLOAT, true},      {DType::Float64, "float64", 8, H5T_FLOAT, true},
+    {DType::Int64, "int64", 8, H5T_INTEGER, true},        {DType::UInt8, "uint8", 1, H5T_INTEGER, false},
     {DType::BFloat16, "bfloat16", 2, H5T_INTEGER, false},
 };
 
@@ -195,8 +193,8 @@ FaultInjection FaultInjection::parse(const std::string& text) {
     }
   }
   if (point.empty() || point == "none") return FaultInjection{};
-  for (FaultPoint p : {FaultPoint::AfterData, FaultPoint::BeforeRename, FaultPoint::BeforeIndex,
-                       FaultPoint::BeforeLatest}) {
+  for (FaultPoint p :
+       {FaultPoint::AfterData, FaultPoint::BeforeRename, FaultPoint::BeforeIndex, FaultPoint::BeforeLatest}) {
     if (point == fault_point_name(p)) {
       fault.point = p;
       return fault;
@@ -324,8 +322,8 @@ h5::File open_checkpoint(const std::string& path) {
   try {
     return h5::File::open(path);
   } catch (const BackendError& error) {
-    throw CheckpointError(in_file(path) + ": cannot be opened as HDF5 (missing, truncated or corrupt): " +
-                          error.what());
+    throw CheckpointError(in_file(path) +
+                          ": cannot be opened as HDF5 (missing, truncated or corrupt): " + error.what());
   }
 }
 
@@ -334,8 +332,8 @@ h5::File open_checkpoint(const std::string& path) {
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path), file_(open_checkpoint(path)) {
   try {
     if (!file_.has_attribute("/", "_format") || file_.string_attribute("/", "_format") != kFormat) {
-      throw CheckpointError(in_file(path_) + ": not a moerl checkpoint (root attribute _format is not '" +
-                            kFormat + "')");
+      throw CheckpointError(in_file(path_) + ": not a moerl checkpoint (root attribute _format is not '" + kFormat +
+                            "')");
     }
     for (const char* key : {"_version", "_rank", "_num_shards", "_arrays", "_header_crc32c"}) {
       if (!file_.has_attribute("/", key)) {
@@ -362,8 +360,7 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path), file_
     const std::vector<std::string> present = file_.dataset_names();
     for (const std::string& name : listed) {
       if (!std::binary_search(present.begin(), present.end(), name)) {
-        throw CheckpointError(in_file(path_) + ": dataset '" + name +
-                              "' is missing (listed in the checkpoint header)");
+        throw CheckpointError(in_file(path_) + ": dataset '" + name + "' is missing (listed in the checkpoint header)");
       }
       const std::string where = in_file(path_) + ": dataset '" + name + "'";
       if (!file_.has_attribute(name, kDtypeAttribute) || !file_.has_attribute(name, kChecksumAttribute)) {
@@ -421,8 +418,7 @@ const ArrayInfo& CheckpointReader::info(const std::string& name) const {
 namespace {
 
 template <typename T>
-T typed_attribute(const Attributes& attributes, const std::string& name, const std::string& path,
-                  const char* type) {
+T typed_attribute(const Attributes& attributes, const std::string& name, const std::string& path, const char* type) {
   const auto it = attributes.find(name);
   if (it == attributes.end()) throw CheckpointError(in_file(path) + ": attribute '" + name + "' is missing");
   const T* value = std::get_if<T>(&it->second);

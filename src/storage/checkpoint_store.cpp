@@ -151,8 +151,7 @@ std::string CheckpointStore::latest_path() const { return (fs::path(directory_) 
 std::string CheckpointStore::lock_path() const { return (fs::path(directory_) / kLockFile).string(); }
 
 // ---------------------------------------------------------------------------
-std::unique_ptr<CheckpointWriter> CheckpointStore::shard_writer(std::int64_t version, int rank,
-                                                                int num_shards) const {
+std::unique_ptr<CheckpointWriter> CheckpointStore::shard_writer(std::int64_t version, int rank, int num_shards) const {
   if (version < 0) throw CheckpointError("checkpoint version must be >= 0, got " + std::to_string(version));
   std::error_code ec;
   fs::create_directories(directory_, ec);
@@ -404,8 +403,8 @@ ResumeChoice CheckpointStore::resume_choice() const {
   if (!latest_valid) {
     choice = newest_valid();
     if (current && !latest_problem.empty()) {
-      const bool listed = std::any_of(choice.skipped.begin(), choice.skipped.end(),
-                                      [&](const auto& s) { return s.first == *current; });
+      const bool listed =
+          std::any_of(choice.skipped.begin(), choice.skipped.end(), [&](const auto& s) { return s.first == *current; });
       if (!listed) choice.skipped.insert(choice.skipped.begin(), {*current, latest_problem});
     }
   }
@@ -417,14 +416,14 @@ void CheckpointStore::note_passed_over(ResumeChoice& choice) const {
   if (choice.version) {
     const std::vector<std::int64_t> all = versions();
     for (auto it = all.rbegin(); it != all.rend() && *it > *choice.version; ++it) {
-      const bool skipped = std::any_of(choice.skipped.begin(), choice.skipped.end(),
-                                       [&](const auto& s) { return s.first == *it; });
+      const bool skipped =
+          std::any_of(choice.skipped.begin(), choice.skipped.end(), [&](const auto& s) { return s.first == *it; });
       if (skipped) continue;
       const VerifyResult verified = verify(*it);
-      choice.passed_over.emplace_back(
-          *it, verified.valid ? "complete and valid, but `latest` names " + version_label(*choice.version) +
-                                    " (a save stopped before `latest` moved, or a rollback)"
-                              : verified.problem);
+      choice.passed_over.emplace_back(*it, verified.valid ? "complete and valid, but `latest` names " +
+                                                                version_label(*choice.version) +
+                                                                " (a save stopped before `latest` moved, or a rollback)"
+                                                          : verified.problem);
     }
   }
   std::error_code ec;
@@ -464,8 +463,7 @@ void CheckpointStore::write_tags(const std::map<std::string, std::int64_t>& all_
 
 void CheckpointStore::tag(std::int64_t version, const std::string& name) {
   if (!valid_tag_name(name)) {
-    throw CheckpointError("invalid tag name '" + name +
-                          "': use [A-Za-z0-9_.-], not 'latest' and not a version number");
+    throw CheckpointError("invalid tag name '" + name + "': use [A-Za-z0-9_.-], not 'latest' and not a version number");
   }
   const VerifyResult verified = verify(version);
   if (!verified.valid) {
@@ -512,8 +510,8 @@ RollbackResult CheckpointStore::rollback_previous() {
     }
     result.skipped.emplace_back(*it, verified.problem);
   }
-  throw CheckpointError("no valid version older than " + version_label(*result.from) + " in '" + directory_ +
-                        "' (" + std::to_string(result.skipped.size()) + " older version(s) invalid)");
+  throw CheckpointError("no valid version older than " + version_label(*result.from) + " in '" + directory_ + "' (" +
+                        std::to_string(result.skipped.size()) + " older version(s) invalid)");
 }
 
 RetentionResult CheckpointStore::apply_retention(int keep_last, std::optional<std::int64_t> just_written) {
@@ -586,8 +584,7 @@ std::uint64_t CheckpointStore::export_weights(std::int64_t version, const std::s
   for (int rank = 0; rank < shards; ++rank) {
     const CheckpointReader reader = open_shard(version, rank);
     if (rank == 0) {
-      for (const char* key : {attribute_key::kLearnerStep, attribute_key::kPolicyVersion,
-                              attribute_key::kConfigToml}) {
+      for (const char* key : {attribute_key::kLearnerStep, attribute_key::kPolicyVersion, attribute_key::kConfigToml}) {
         if (reader.has_attribute(key)) writer.set_attribute(key, reader.attributes().at(key));
       }
     }

@@ -8,9 +8,7 @@ namespace moerl::storage::h5 {
 
 namespace {
 
-std::string object_label(const std::string& object) {
-  return object.empty() || object == "/" ? "/" : "/" + object;
-}
+std::string object_label(const std::string& object) { return object.empty() || object == "/" ? "/" : "/" + object; }
 
 std::string absolute(const std::string& object) {
   if (object.empty() || object == "/") return "/";
@@ -40,9 +38,7 @@ herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* da
 }  // namespace
 
 // ---------------------------------------------------------------------------
-Handle::Handle(Handle&& other) noexcept : id_(other.id_), closer_(other.closer_) {
-  other.id_ = H5I_INVALID_HID;
-}
+Handle::Handle(Handle&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = H5I_INVALID_HID; }
 
 Handle& Handle::operator=(Handle&& other) noexcept {
   if (this != &other) {
@@ -78,8 +74,8 @@ std::string take_error_stack() {
   return text;
 }
 
-void throw_failure(const std::string& file, const std::string& object, const char* operation,
-                   const char* source_file, int source_line) {
+void throw_failure(const std::string& file, const std::string& object, const char* operation, const char* source_file,
+                   int source_line) {
   std::string detail = "file '" + file + "', object '" + object_label(object) + "'";
   const std::string stack = take_error_stack();
   if (!stack.empty()) detail += ": " + stack;
@@ -87,11 +83,11 @@ void throw_failure(const std::string& file, const std::string& object, const cha
 }
 
 // Checks one HDF5 call (negative = failure) against this file and object.
-#define MOERL_H5_CALL(call, object)                     \
-  ([&]() {                                              \
-    auto moerl_h5_result_ = (call);                     \
+#define MOERL_H5_CALL(call, object)                            \
+  ([&]() {                                                     \
+    auto moerl_h5_result_ = (call);                            \
     if (moerl_h5_result_ < 0) fail((object), #call, __LINE__); \
-    return moerl_h5_result_;                            \
+    return moerl_h5_result_;                                   \
   }())
 
 void File::fail(const std::string& object, const char* operation, int line) const {
@@ -169,8 +165,8 @@ void File::delete_link(const std::string& object) {
   MOERL_H5_CALL(H5Ldelete(id(), absolute(object).c_str(), H5P_DEFAULT), object);
 }
 
-void File::write_dataset(const std::string& name, hid_t file_type, hid_t memory_type,
-                         const std::vector<hsize_t>& dims, bool scalar, const void* data) {
+void File::write_dataset(const std::string& name, hid_t file_type, hid_t memory_type, const std::vector<hsize_t>& dims,
+                         bool scalar, const void* data) {
   const std::size_t slash = name.rfind('/');
   if (slash != std::string::npos) create_groups(name.substr(0, slash));
   Handle space(scalar ? MOERL_H5_CALL(H5Screate(H5S_SCALAR), name)
@@ -207,9 +203,9 @@ void File::read_dataset(const std::string& name, hid_t memory_type, void* out, s
   const hssize_t elements = MOERL_H5_CALL(H5Sget_simple_extent_npoints(space.get()), name);
   const std::size_t element_size = H5Tget_size(memory_type);
   if (static_cast<std::size_t>(elements) * element_size != bytes) {
-    throw Error("HDF5 file '" + path_ + "', dataset '" + object_label(name) + "': holds " +
-                std::to_string(elements) + " elements of " + std::to_string(element_size) +
-                " bytes, the reader expected " + std::to_string(bytes) + " bytes");
+    throw Error("HDF5 file '" + path_ + "', dataset '" + object_label(name) + "': holds " + std::to_string(elements) +
+                " elements of " + std::to_string(element_size) + " bytes, the reader expected " +
+                std::to_string(bytes) + " bytes");
   }
   if (elements == 0) return;
   MOERL_H5_CALL(H5Dread(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), name);
@@ -279,12 +275,14 @@ AttributeKind kind_of(hid_t attribute, const std::string& where, const std::stri
     return value;
   };
   Handle space(check(H5Aget_space(attribute), "H5Aget_space"), H5Sclose);
-  if (check(H5Sget_simple_extent_npoints(space.get()), "H5Sget_simple_extent_npoints") != 1) return AttributeKind::Other;
+  if (check(H5Sget_simple_extent_npoints(space.get()), "H5Sget_simple_extent_npoints") != 1)
+    return AttributeKind::Other;
   Handle type(check(H5Aget_type(attribute), "H5Aget_type"), H5Tclose);
   const H5T_class_t type_class = check(H5Tget_class(type.get()), "H5Tget_class");
   const std::size_t size = H5Tget_size(type.get());
   if (type_class == H5T_STRING)
-    return check(H5Tis_variable_str(type.get()), "H5Tis_variable_str") > 0 ? AttributeKind::Other : AttributeKind::String;
+    return check(H5Tis_variable_str(type.get()), "H5Tis_variable_str") > 0 ? AttributeKind::Other
+                                                                           : AttributeKind::String;
   if (type_class == H5T_INTEGER && size <= 8) return AttributeKind::Int64;
   if (type_class == H5T_FLOAT && size <= 8) return AttributeKind::Float64;
   return AttributeKind::Other;

@@ -160,8 +160,8 @@ size_t WeightPublisher::bucket_size(size_t b) const {
 
 // The last view starting at or before flat offset `at`: the one holding it.
 size_t WeightPublisher::view_at(size_t at) const {
-  return static_cast<size_t>(std::upper_bound(view_offsets_.begin(), view_offsets_.end(), at) -
-                             view_offsets_.begin()) - 1;
+  return static_cast<size_t>(std::upper_bound(view_offsets_.begin(), view_offsets_.end(), at) - view_offsets_.begin()) -
+         1;
 }
 
 const std::uint8_t* WeightPublisher::in_place_source(size_t b) const {
@@ -181,7 +181,8 @@ const std::uint8_t* WeightPublisher::stage_bucket(size_t b) {
   for (size_t at = begin; at < end; ++v) {
     const size_t offset = at - view_offsets_[v];
     const size_t n = std::min(views_[v].bytes - offset, end - at);
-    crc = storage::copy_with_crc32c(staging_.data() + at, static_cast<const std::uint8_t*>(views_[v].data) + offset, n, crc);
+    crc = storage::copy_with_crc32c(staging_.data() + at, static_cast<const std::uint8_t*>(views_[v].data) + offset, n,
+                                    crc);
     at += n;
   }
   checksums_[b] = crc;
@@ -198,8 +199,8 @@ void WeightPublisher::drive() {
 
 void WeightPublisher::publish(std::int64_t version) {
   MOERL_CHECK(!closed_, "publish after close");
-  MOERL_CHECK(requests_.empty(), "publish of version " + std::to_string(version) +
-                                     " while the previous publication is still in flight");
+  MOERL_CHECK(requests_.empty(),
+              "publish of version " + std::to_string(version) + " while the previous publication is still in flight");
   started_ = now_s();
   const size_t buckets = bucket_count(total_bytes_, options_.bucket_bytes);
   last_ = SyncStats{};
@@ -231,8 +232,8 @@ void WeightPublisher::publish(std::int64_t version) {
     }
     drive();
   }
-  requests_.push_back(comm_.broadcast_async(checksums_.data(), buckets * sizeof(std::uint32_t), comm::DataType::Byte,
-                                            options_.root));
+  requests_.push_back(
+      comm_.broadcast_async(checksums_.data(), buckets * sizeof(std::uint32_t), comm::DataType::Byte, options_.root));
   options_.corrupt_bucket_for_test = -1;
   last_.blocking_s = now_s() - started_;
 }
@@ -247,8 +248,8 @@ bool WeightPublisher::progress() {
     m.set("sync.publish_GB_per_s", last_.gigabytes_per_s());
   }
   if (!requests_.empty() && now_s() - started_ > options_.timeout_s)
-    throw comm::CommTimeout("publication of weights version " + std::to_string(last_.version) + " in " +
-                            comm_.name() + " did not complete within " + std::to_string(options_.timeout_s) +
+    throw comm::CommTimeout("publication of weights version " + std::to_string(last_.version) + " in " + comm_.name() +
+                            " did not complete within " + std::to_string(options_.timeout_s) +
                             " s (an actor stopped receiving)");
   return requests_.empty();
 }
@@ -369,8 +370,8 @@ void WeightReceiver::start_buckets() {
     const size_t size = std::min<size_t>(h.bucket_bytes, h.total_bytes - begin);
     bucket_requests_.push_back(comm_.broadcast_async(landing + begin, size, comm::DataType::Byte, options_.root));
   }
-  bucket_requests_.push_back(comm_.broadcast_async(checksums_.data(), h.buckets * sizeof(std::uint32_t),
-                                                   comm::DataType::Byte, options_.root));
+  bucket_requests_.push_back(
+      comm_.broadcast_async(checksums_.data(), h.buckets * sizeof(std::uint32_t), comm::DataType::Byte, options_.root));
   last_ = SyncStats{};
   last_.version = h.version;
   last_.bytes = total_bytes_;
@@ -391,7 +392,8 @@ void WeightReceiver::checksum_landed_buckets() {
     if (!refusal_.empty()) continue;
     const size_t begin = b * options_.bucket_bytes;
     const double started = now_s();
-    landed_checksums_[b] = storage::crc32c(staging_->data() + begin, std::min(options_.bucket_bytes, total_bytes_ - begin));
+    landed_checksums_[b] =
+        storage::crc32c(staging_->data() + begin, std::min(options_.bucket_bytes, total_bytes_ - begin));
     last_.checksum_s += now_s() - started;
   }
 }
@@ -426,10 +428,10 @@ bool WeightReceiver::poll() {
   checksum_landed_buckets();
   if (verified_buckets_ < checksums_.size() || !bucket_requests_.back()->test()) {
     if (now_s() - started_ > options_.timeout_s)
-      throw comm::CommTimeout("receiving weights version " + std::to_string(incoming_version_) + " in " +
-                              comm_.name() + " did not complete within " + std::to_string(options_.timeout_s) +
-                              " s (" + std::to_string(verified_buckets_) + " of " +
-                              std::to_string(checksums_.size()) + " buckets arrived)");
+      throw comm::CommTimeout("receiving weights version " + std::to_string(incoming_version_) + " in " + comm_.name() +
+                              " did not complete within " + std::to_string(options_.timeout_s) + " s (" +
+                              std::to_string(verified_buckets_) + " of " + std::to_string(checksums_.size()) +
+                              " buckets arrived)");
     return ready_version_ > current_version_;
   }
   // Every collective of this version has completed: refuse it or make it ready.

@@ -31,7 +31,8 @@ void record_expert_load(const ExpertLoad& load) {
     if (total == 0) continue;
     const std::string prefix = "moe.layer." + std::to_string(layer);
     for (std::size_t e = 0; e < row.size(); ++e)
-      m.set(prefix + ".expert." + std::to_string(e) + ".load", static_cast<double>(row[e]) / static_cast<double>(total));
+      m.set(prefix + ".expert." + std::to_string(e) + ".load",
+            static_cast<double>(row[e]) / static_cast<double>(total));
     const double mean = static_cast<double>(total) / static_cast<double>(row.size());
     m.set(prefix + ".imbalance", static_cast<double>(most) / mean);
     m.add(prefix + ".dropped_tokens", static_cast<double>(load.dropped[layer]));

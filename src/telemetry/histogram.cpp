@@ -73,8 +73,8 @@ double Histogram::quantile(double q) const {
   return max_;
 }
 
-Histogram Histogram::from_parts(std::map<std::int32_t, std::uint64_t> buckets, std::uint64_t count,
-                                double sum, double min, double max) {
+Histogram Histogram::from_parts(std::map<std::int32_t, std::uint64_t> buckets, std::uint64_t count, double sum,
+                                double min, double max) {
   Histogram h;
   h.buckets_ = std::move(buckets);
   h.count_ = count;

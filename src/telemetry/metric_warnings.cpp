@@ -26,8 +26,8 @@ std::pair<std::string, double> busiest_expert(const MetricsSnapshot& s, const st
 
 }  // namespace
 
-void MetricWarnings::note(const std::string& key, bool holds, const std::string& when_on,
-                          const std::string& when_off, std::vector<MetricWarning>& out) {
+void MetricWarnings::note(const std::string& key, bool holds, const std::string& when_on, const std::string& when_off,
+                          std::vector<MetricWarning>& out) {
   Condition& c = conditions_[key];
   if (holds && (!c.active || ++c.checks_since_report >= options_.repeat_every)) {
     out.push_back({true, c.active ? when_on + " (still)" : when_on});
@@ -50,13 +50,11 @@ void MetricWarnings::check_imbalance(const std::map<int, MetricsSnapshot>& lates
            fmt::format("{}: MoE layer {}'s expert load is imbalanced: max/mean {:.2f} > {:.2f} ([telemetry] "
                        "imbalance_warn_ratio); expert {} took {:.0f}% of the last step's routed tokens",
                        who, layer, ratio, options_.imbalance_ratio, expert, 100 * share),
-           fmt::format("{}: MoE layer {}'s expert load is balanced again (max/mean {:.2f})", who, layer, ratio),
-           out);
+           fmt::format("{}: MoE layer {}'s expert load is balanced again (max/mean {:.2f})", who, layer, ratio), out);
     }
 }
 
-void MetricWarnings::check_env_latency(const std::map<int, MetricsSnapshot>& latest,
-                                       std::vector<MetricWarning>& out) {
+void MetricWarnings::check_env_latency(const std::map<int, MetricsSnapshot>& latest, std::vector<MetricWarning>& out) {
   const std::string head = "env.step_latency_s.";
   std::map<std::string, Histogram> merged;
   for (const auto& [rank, s] : latest)

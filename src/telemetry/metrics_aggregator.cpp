@@ -9,12 +9,18 @@ namespace {
 
 void write_histogram(JsonWriter& json, const Histogram& h) {
   json.begin_object()
-      .key("count").value(static_cast<std::int64_t>(h.count()))
-      .key("mean").value(h.mean())
-      .key("p50").value(h.quantile(0.5))
-      .key("p90").value(h.quantile(0.9))
-      .key("p99").value(h.quantile(0.99))
-      .key("max").value(h.max())
+      .key("count")
+      .value(static_cast<std::int64_t>(h.count()))
+      .key("mean")
+      .value(h.mean())
+      .key("p50")
+      .value(h.quantile(0.5))
+      .key("p90")
+      .value(h.quantile(0.9))
+      .key("p99")
+      .value(h.quantile(0.99))
+      .key("max")
+      .value(h.max())
       .end_object();
 }
 

@@ -59,8 +59,6 @@ MetricsServer::~MetricsServer() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::string MetricsServer::url() const {
-  return "http://" + bind_address_ + ":" + std::to_string(port_) + "/metrics";
-}
+std::string MetricsServer::url() const { return "http://" + bind_address_ + ":" + std::to_string(port_) + "/metrics"; }
 
 }  // namespace moerl::telemetry

@@ -25,7 +25,8 @@ struct SeriesPattern {
 const std::vector<SeriesPattern>& series_patterns() {
   static const std::vector<SeriesPattern> patterns = {
       {"actor.policy_version", "actor_weight_version", "The weight version the actor generates with."},
-      {"actor.env_failures.{family}.{reason}", "actor_env_failures", "Episodes an actor ended by an environment failure."},
+      {"actor.env_failures.{family}.{reason}", "actor_env_failures",
+       "Episodes an actor ended by an environment failure."},
       {"curriculum.{family}.changes", "curriculum_changes", "Curriculum level changes."},
       {"curriculum.{family}.difficulty", "curriculum_difficulty", "Training difficulty the curriculum chose."},
       {"curriculum.{family}.progress", "curriculum_progress", "Absolute learning progress of the family."},
@@ -43,7 +44,9 @@ const std::vector<SeriesPattern>& series_patterns() {
       {"learner.family_paused.{family}", "learner_family_paused", "1 while the circuit breaker holds the family back."},
       {"train.{family}.reward", "train_reward", "Mean reward of the last step's training episodes."},
       {"train.{family}.success", "train_success_ratio", "Success of the last step's training episodes."},
-      {"eval.{family}.{mode}.success", "eval_success_ratio", "Held-out success of the newest evaluation.",
+      {"eval.{family}.{mode}.success",
+       "eval_success_ratio",
+       "Held-out success of the newest evaluation.",
        {{"bound", "mean"}}},
       {"eval.{family}.{mode}.success_ci_low", "eval_success_ratio", "", {{"bound", "ci_low"}}},
       {"eval.{family}.{mode}.success_ci_high", "eval_success_ratio", "", {{"bound", "ci_high"}}},
@@ -242,10 +245,14 @@ std::string format_sample_value(double value) {
 std::string escape_label_value(const std::string& value) {
   std::string out;
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }

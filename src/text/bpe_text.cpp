@@ -11,8 +11,7 @@
 
 namespace moerl::text::bpe {
 
-const char* const kGpt2SplitPattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kGpt2SplitPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 Utf8Step utf8_step(std::string_view text, std::size_t at) {
   const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
@@ -131,11 +130,11 @@ Regex::Regex(const std::string& oniguruma_pattern, const std::string& where) : w
   const std::string pattern = translate_oniguruma_pattern(oniguruma_pattern);
   int code = 0;
   PCRE2_SIZE offset = 0;
-  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                        PCRE2_UTF | PCRE2_UCP, &code, &offset, nullptr);
+  code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &code,
+                        &offset, nullptr);
   if (code_ == nullptr) {
-    throw Error(where + ": the regex does not compile (PCRE2: " + pcre2_message(code) +
-                " at offset " + std::to_string(offset) + "): " + oniguruma_pattern);
+    throw Error(where + ": the regex does not compile (PCRE2: " + pcre2_message(code) + " at offset " +
+                std::to_string(offset) + "): " + oniguruma_pattern);
   }
   // JIT is several times faster; where the platform lacks it, the
   // interpreter gives the same matches.
@@ -144,11 +143,11 @@ Regex::Regex(const std::string& oniguruma_pattern, const std::string& where) : w
 
 Regex::~Regex() { pcre2_code_free(code_); }
 
-bool Regex::find(std::string_view subject, std::size_t start, MatchScratch& scratch,
-                 std::size_t& begin, std::size_t& end) const {
+bool Regex::find(std::string_view subject, std::size_t start, MatchScratch& scratch, std::size_t& begin,
+                 std::size_t& end) const {
   // The subject is valid UTF-8 (checked by the caller), so PCRE2's own check is skipped.
-  const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(),
-                             start, PCRE2_NO_UTF_CHECK, scratch.get(), nullptr);
+  const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(), start,
+                             PCRE2_NO_UTF_CHECK, scratch.get(), nullptr);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) throw Error(where_ + ": matching the regex failed (PCRE2: " + pcre2_message(rc) + ")");
   const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(scratch.get());

@@ -65,8 +65,8 @@ class Regex {
 
   // First match in subject at or after `start` (a code point boundary of
   // valid UTF-8); false when there is none.
-  bool find(std::string_view subject, std::size_t start, MatchScratch& scratch,
-            std::size_t& begin, std::size_t& end) const;
+  bool find(std::string_view subject, std::size_t start, MatchScratch& scratch, std::size_t& begin,
+            std::size_t& end) const;
 
  private:
   pcre2_real_code_8* code_ = nullptr;
@@ -101,8 +101,7 @@ class PreTokenizer {
   void byte_level(std::string_view text, MatchScratch& scratch, Sink& sink) const;
   // Calls piece(begin, end, is_match) for the matches of `regex` and the gaps between them.
   template <typename Piece>
-  static void for_each_piece(const Regex& regex, std::string_view text, MatchScratch& scratch,
-                             Piece&& piece);
+  static void for_each_piece(const Regex& regex, std::string_view text, MatchScratch& scratch, Piece&& piece);
 
   std::vector<Split> splits_;
   bool add_prefix_space_ = false;
@@ -113,8 +112,7 @@ class PreTokenizer {
 extern const char* const kGpt2SplitPattern;
 
 template <typename Piece>
-void PreTokenizer::for_each_piece(const Regex& regex, std::string_view text, MatchScratch& scratch,
-                                  Piece&& piece) {
+void PreTokenizer::for_each_piece(const Regex& regex, std::string_view text, MatchScratch& scratch, Piece&& piece) {
   std::size_t done = 0;    // text before this is handed out
   std::size_t search = 0;  // where the next match may start
   std::size_t begin = 0;
@@ -132,8 +130,7 @@ void PreTokenizer::for_each_piece(const Regex& regex, std::string_view text, Mat
 }
 
 template <typename Sink>
-void PreTokenizer::run_from(std::size_t step, std::string_view text, MatchScratch& scratch,
-                            Sink& sink) const {
+void PreTokenizer::run_from(std::size_t step, std::string_view text, MatchScratch& scratch, Sink& sink) const {
   if (text.empty()) return;
   if (step == splits_.size()) {
     byte_level(text, scratch, sink);
@@ -159,9 +156,8 @@ void PreTokenizer::byte_level(std::string_view text, MatchScratch& scratch, Sink
     sink(text);
     return;
   }
-  for_each_piece(*gpt2_regex_, text, scratch, [&](std::size_t begin, std::size_t end, bool) {
-    sink(text.substr(begin, end - begin));
-  });
+  for_each_piece(*gpt2_regex_, text, scratch,
+                 [&](std::size_t begin, std::size_t end, bool) { sink(text.substr(begin, end - begin)); });
 }
 
 }  // namespace moerl::text::bpe

@@ -20,7 +20,7 @@ namespace {
 // themselves, the other 68 are shifted to U+0100.. so that every token is a
 // string of visible characters.
 struct ByteLevelAlphabet {
-  std::array<std::string, 256> char_of_byte;   // UTF-8 of each byte's character
+  std::array<std::string, 256> char_of_byte;  // UTF-8 of each byte's character
   std::unordered_map<char32_t, unsigned char> byte_of_char;
 
   ByteLevelAlphabet() {
@@ -87,8 +87,7 @@ struct Merge {
 };
 
 std::uint64_t pair_key(std::int32_t left, std::int32_t right) {
-  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) |
-         static_cast<std::uint32_t>(right);
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(left)) << 32) | static_cast<std::uint32_t>(right);
 }
 
 enum class IdKind : std::uint8_t { IdUnused, IdVocab, IdAdded, IdSpecial };
@@ -102,10 +101,10 @@ struct BpeTokenizer::Impl {
   std::vector<std::string> id_bytes;                          // [vocab_size] what decode writes per id
   std::vector<IdKind> id_kind;                                // [vocab_size]
 
-  std::array<std::int32_t, 256> byte_id{};                    // the one-byte token of each byte; -1 if none
-  std::unordered_map<std::uint64_t, Merge> merges;            // (left, right) -> rank, merged id
-  bool ignore_merges = false;                                 // a whole word in the vocab skips the merges
-  std::unordered_map<std::string, std::int32_t> word_id;      // raw bytes -> id, for ignore_merges
+  std::array<std::int32_t, 256> byte_id{};                // the one-byte token of each byte; -1 if none
+  std::unordered_map<std::uint64_t, Merge> merges;        // (left, right) -> rank, merged id
+  bool ignore_merges = false;                             // a whole word in the vocab skips the merges
+  std::unordered_map<std::string, std::int32_t> word_id;  // raw bytes -> id, for ignore_merges
   std::int32_t unk_id = -1;
 
   std::vector<AddedToken> added;
@@ -194,16 +193,13 @@ class JsonReader {
   }
   void expect(const JsonValue& value, JsonValue::Kind kind, const std::string& path) const {
     if (value.kind() != kind) {
-      fail(path, std::string("expected ") + JsonValue::kind_name(kind) + ", got " +
-                     JsonValue::kind_name(value.kind()));
+      fail(path, std::string("expected ") + JsonValue::kind_name(kind) + ", got " + JsonValue::kind_name(value.kind()));
     }
   }
   static std::string join(const std::string& path, const std::string& key) {
     return path.empty() ? key : path + "." + key;
   }
-  static std::string index(const std::string& path, std::size_t i) {
-    return path + "[" + std::to_string(i) + "]";
-  }
+  static std::string index(const std::string& path, std::size_t i) { return path + "[" + std::to_string(i) + "]"; }
   const std::string& origin() const { return origin_; }
 
  private:
@@ -221,7 +217,8 @@ void set_id(BpeTokenizer::Impl& impl, const JsonReader& json, const std::string&
     json.fail(path, "token '" + token + "' has id " + std::to_string(id) + " but already had id " +
                         std::to_string(it->second));
   }
-  if (impl.id_kind[id] == IdKind::IdVocab && kind != IdKind::IdVocab && impl.id_bytes[id] != alphabet().decode_token(token)) {
+  if (impl.id_kind[id] == IdKind::IdVocab && kind != IdKind::IdVocab &&
+      impl.id_bytes[id] != alphabet().decode_token(token)) {
     json.fail(path, "added token '" + token + "' reuses id " + std::to_string(id) + " of another vocabulary token");
   }
   if (impl.id_kind[id] == IdKind::IdVocab && kind == IdKind::IdVocab) {
@@ -235,11 +232,13 @@ void load_model(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValu
   const JsonValue model = json.member(root, "", "model");
   json.expect(model, JsonValue::Kind::Object, "model");
   if (const std::optional<JsonValue> type = json.optional(model, "type")) {
-    if (json.string(*type, "model.type") != "BPE") json.fail("model.type", "'" + type->as_string() + "' is not supported (only BPE)");
+    if (json.string(*type, "model.type") != "BPE")
+      json.fail("model.type", "'" + type->as_string() + "' is not supported (only BPE)");
   }
   if (const std::optional<JsonValue> dropout = json.optional(model, "dropout")) {
     json.expect(*dropout, JsonValue::Kind::Number, "model.dropout");
-    if (dropout->as_number() != 0) json.fail("model.dropout", "BPE dropout is not supported (it makes encoding random)");
+    if (dropout->as_number() != 0)
+      json.fail("model.dropout", "BPE dropout is not supported (it makes encoding random)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (const std::optional<JsonValue> affix = json.optional(model, key)) {
@@ -248,7 +247,8 @@ void load_model(BpeTokenizer::Impl& impl, const JsonReader& json, const JsonValu
       }
     }
   }
-  if (json.boolean(model, "model", "byte_fallback", false)) json.fail("model.byte_fallback", "byte fallback is not supported");
+  if (json.boolean(model, "model", "byte_fallback", false))
+    json.fail("model.byte_fallback", "byte fallback is not supported");
   impl.ignore_merges = json.boolean(model, "model", "ignore_merges", false);
 
   const JsonValue vocab = json.member(model, "model", "vocab");
@@ -321,7 +321,8 @@ void load_added_tokens(BpeTokenizer::Impl& impl, const JsonReader& json, const J
     impl.added.push_back(token);
   }
   for (std::size_t i = 0; i < impl.added.size(); ++i) {
-    impl.added_by_first_byte[static_cast<unsigned char>(impl.added[i].content[0])].push_back(static_cast<std::int32_t>(i));
+    impl.added_by_first_byte[static_cast<unsigned char>(impl.added[i].content[0])].push_back(
+        static_cast<std::int32_t>(i));
   }
   for (auto& candidates : impl.added_by_first_byte) {
     std::stable_sort(candidates.begin(), candidates.end(), [&](std::int32_t a, std::int32_t b) {
@@ -363,8 +364,10 @@ void load_pre_tokenizer(BpeTokenizer::Impl& impl, const JsonReader& json, const 
   if (!node) json.fail("pre_tokenizer", "missing: a byte-level BPE tokenizer needs a ByteLevel pre-tokenizer");
   std::vector<std::pair<JsonValue, std::string>> steps;
   if (json.type(*node, "pre_tokenizer") == "Sequence") {
-    const JsonArray list = json.array(json.member(*node, "pre_tokenizer", "pretokenizers"), "pre_tokenizer.pretokenizers");
-    for (std::size_t i = 0; i < list.size(); ++i) steps.emplace_back(list[i], JsonReader::index("pre_tokenizer.pretokenizers", i));
+    const JsonArray list =
+        json.array(json.member(*node, "pre_tokenizer", "pretokenizers"), "pre_tokenizer.pretokenizers");
+    for (std::size_t i = 0; i < list.size(); ++i)
+      steps.emplace_back(list[i], JsonReader::index("pre_tokenizer.pretokenizers", i));
   } else {
     steps.emplace_back(*node, "pre_tokenizer");
   }
@@ -374,13 +377,15 @@ void load_pre_tokenizer(BpeTokenizer::Impl& impl, const JsonReader& json, const 
     const std::string type = json.type(step, path);
     const bool last = i + 1 == steps.size();
     if (type == "Split" && !last) {
-      if (json.boolean(step, path, "invert", false)) json.fail(JsonReader::join(path, "invert"), "true is not supported");
+      if (json.boolean(step, path, "invert", false))
+        json.fail(JsonReader::join(path, "invert"), "true is not supported");
       const std::string behavior = json.string(json.member(step, path, "behavior"), JsonReader::join(path, "behavior"));
       bpe::PreTokenizer::SplitBehavior mode = bpe::PreTokenizer::SplitBehavior::SplitIsolated;
       if (behavior == "Removed") {
         mode = bpe::PreTokenizer::SplitBehavior::SplitRemoved;
       } else if (behavior != "Isolated") {
-        json.fail(JsonReader::join(path, "behavior"), "'" + behavior + "' is not supported (supported: Isolated, Removed)");
+        json.fail(JsonReader::join(path, "behavior"),
+                  "'" + behavior + "' is not supported (supported: Isolated, Removed)");
       }
       impl.pre_tokenizer.add_split(split_regex(json, step, path), mode);
     } else if (type == "ByteLevel" && last) {
@@ -430,7 +435,8 @@ BpeTokenizer BpeTokenizer::from_json(const std::string& json_text, const std::st
   impl->byte_id.fill(-1);
   load_model(*impl, json, root);
   load_added_tokens(*impl, json, root);
-  if (const std::optional<JsonValue> normalizer = json.optional(root, "normalizer")) load_normalizer(*impl, json, *normalizer, "normalizer");
+  if (const std::optional<JsonValue> normalizer = json.optional(root, "normalizer"))
+    load_normalizer(*impl, json, *normalizer, "normalizer");
   load_pre_tokenizer(*impl, json, root);
   check_decoder(json, root);
   return BpeTokenizer(std::move(impl));
@@ -564,8 +570,7 @@ std::string BpeTokenizer::decode(const std::vector<std::int64_t>& ids, bool skip
     const bool known = id >= 0 && id < vocab_size() && impl.id_kind[id] != IdKind::IdUnused;
     if (!known) {
       throw Error("tokenizer " + impl.origin + ": token id " + std::to_string(id) +
-                  " is neither in the vocabulary nor an added token (vocab_size " +
-                  std::to_string(vocab_size()) + ")");
+                  " is neither in the vocabulary nor an added token (vocab_size " + std::to_string(vocab_size()) + ")");
     }
     if (skip_special && impl.id_kind[id] == IdKind::IdSpecial) continue;
     out += impl.id_bytes[id];

@@ -41,8 +41,8 @@ ChatRenderer::ChatRenderer(BpeTokenizer tokenizer, ChatLayout layout)
   end_of_turn_id_ = *eot;
   const std::string after = message.substr(content + 9);
   if (after.compare(0, layout_.end_of_turn.size(), layout_.end_of_turn) != 0) {
-    layout_error("message", "{content} must be followed by the end_of_turn token '" + layout_.end_of_turn +
-                                "', got '" + message + "'");
+    layout_error("message", "{content} must be followed by the end_of_turn token '" + layout_.end_of_turn + "', got '" +
+                                message + "'");
   }
   const std::string roles[3] = {layout_.system_role, layout_.user_role, layout_.assistant_role};
   for (int r = 0; r < 3; ++r) {

@@ -146,7 +146,8 @@ std::int64_t EpisodeFormat::head_length(const std::vector<std::int64_t>& context
   if (eot == context.end()) return 0;
   auto end = eot + 1;
   const std::vector<std::int64_t>& trailer = f.trailers[1];
-  if (static_cast<std::size_t>(context.end() - end) >= trailer.size() && std::equal(trailer.begin(), trailer.end(), end))
+  if (static_cast<std::size_t>(context.end() - end) >= trailer.size() &&
+      std::equal(trailer.begin(), trailer.end(), end))
     end += static_cast<std::ptrdiff_t>(trailer.size());
   return static_cast<std::int64_t>(end - context.begin());
 }
@@ -196,11 +197,10 @@ EpisodeFormat byte_format(const config::ModelSection& model, const config::ChatS
                                                    "\"); set chat.layout = \"chatml\" or \"llama3\" to use it");
   if (model.vocab_size < ByteTokenizer::kVocabSize) {
     const std::string where = dir.empty() ? "" : " (" + (fs::path(dir) / "config.json").string() + ")";
-    throw EpisodeFormatError(dir.empty() ? "model.vocab_size" : "chat.layout",
-                             "the byte layout needs a vocabulary of at least " +
-                                 std::to_string(ByteTokenizer::kVocabSize) +
-                                 " ids (256 bytes and 8 special tokens), the model has " +
-                                 std::to_string(model.vocab_size) + where);
+    throw EpisodeFormatError(
+        dir.empty() ? "model.vocab_size" : "chat.layout",
+        "the byte layout needs a vocabulary of at least " + std::to_string(ByteTokenizer::kVocabSize) +
+            " ids (256 bytes and 8 special tokens), the model has " + std::to_string(model.vocab_size) + where);
   }
   return EpisodeFormat();
 }

@@ -29,14 +29,13 @@ namespace {
 
 int g_failures = 0;
 
-#define GPU_CHECK(call)                                                                   \
-  do {                                                                                    \
-    cudaError_t e_ = (call);                                                              \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,            \
-                   cudaGetErrorString(e_));                                               \
-      std::exit(1);                                                                       \
-    }                                                                                     \
+#define GPU_CHECK(call)                                                                                  \
+  do {                                                                                                   \
+    cudaError_t e_ = (call);                                                                             \
+    if (e_ != cudaSuccess) {                                                                             \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                                      \
+    }                                                                                                    \
   } while (0)
 
 template <typename T>
@@ -60,8 +59,8 @@ struct DeviceBuffer {
   }
 };
 
-void expect_equal_ints(const char* what, const std::string& where,
-                       const std::vector<std::int64_t>& gpu, const std::vector<std::int64_t>& cpu) {
+void expect_equal_ints(const char* what, const std::string& where, const std::vector<std::int64_t>& gpu,
+                       const std::vector<std::int64_t>& cpu) {
   for (std::size_t i = 0; i < cpu.size(); ++i) {
     if (gpu[i] != cpu[i]) {
       std::fprintf(stderr, "FAIL %s [%s] index %zu: gpu %lld cpu %lld\n", what, where.c_str(), i,
@@ -79,8 +78,8 @@ void expect_close(const char* what, const std::string& where, const std::vector<
     const double d = std::abs(double(gpu[i]) - double(cpu[i]));
     worst = std::max(worst, d);
     if (!(d <= atol + rtol * std::abs(double(cpu[i])))) {
-      std::fprintf(stderr, "FAIL %s [%s] index %zu: gpu %.9g cpu %.9g (atol %g rtol %g)\n", what,
-                   where.c_str(), i, gpu[i], cpu[i], atol, rtol);
+      std::fprintf(stderr, "FAIL %s [%s] index %zu: gpu %.9g cpu %.9g (atol %g rtol %g)\n", what, where.c_str(), i,
+                   gpu[i], cpu[i], atol, rtol);
       ++g_failures;
       return;
     }
@@ -95,8 +94,7 @@ std::vector<float> random_floats(std::size_t n, std::mt19937& rng) {
   return v;
 }
 
-std::vector<std::int64_t> random_experts(std::int64_t T, std::int64_t k, std::int64_t E,
-                                         std::mt19937& rng) {
+std::vector<std::int64_t> random_experts(std::int64_t T, std::int64_t k, std::int64_t E, std::mt19937& rng) {
   std::vector<std::int64_t> idx(T * k), perm(E);
   for (std::int64_t t = 0; t < T; ++t) {
     std::iota(perm.begin(), perm.end(), 0);
@@ -111,37 +109,34 @@ struct HostPlan {
   std::vector<std::int64_t> routed, counts, offsets, dest_row, row_source, dropped;
 };
 
-HostPlan cpu_plan(const std::vector<std::int64_t>& idx, std::int64_t T, std::int64_t k,
-                  std::int64_t E, std::int64_t cap, std::int64_t block) {
+HostPlan cpu_plan(const std::vector<std::int64_t>& idx, std::int64_t T, std::int64_t k, std::int64_t E,
+                  std::int64_t cap, std::int64_t block) {
   HostPlan p;
   p.rows = mk::moe_permuted_rows(T, k, E, block);
   p.routed.resize(E), p.counts.resize(E), p.offsets.resize(E + 1);
   p.dest_row.resize(T * k), p.row_source.resize(p.rows), p.dropped.resize(1);
-  mk::moe_plan_cpu(idx.data(), T, k, E, cap, block, p.routed.data(), p.counts.data(),
-                   p.offsets.data(), p.dest_row.data(), p.row_source.data(), p.dropped.data());
+  mk::moe_plan_cpu(idx.data(), T, k, E, cap, block, p.routed.data(), p.counts.data(), p.offsets.data(),
+                   p.dest_row.data(), p.row_source.data(), p.dropped.data());
   return p;
 }
 
-void check_case(std::int64_t T, std::int64_t H, std::int64_t E, std::int64_t k,
-                std::int64_t block, double capacity_factor, std::int64_t D, std::mt19937& rng) {
+void check_case(std::int64_t T, std::int64_t H, std::int64_t E, std::int64_t k, std::int64_t block,
+                double capacity_factor, std::int64_t D, std::mt19937& rng) {
   const std::int64_t cap =
-      capacity_factor > 0 ? static_cast<std::int64_t>(std::ceil(capacity_factor * T * k / double(E)))
-                          : -1;
+      capacity_factor > 0 ? static_cast<std::int64_t>(std::ceil(capacity_factor * T * k / double(E))) : -1;
   char buf[128];
-  std::snprintf(buf, sizeof buf, "T=%lld H=%lld E=%lld k=%lld blk=%lld cap=%lld",
-                (long long)T, (long long)H, (long long)E, (long long)k, (long long)block,
-                (long long)cap);
+  std::snprintf(buf, sizeof buf, "T=%lld H=%lld E=%lld k=%lld blk=%lld cap=%lld", (long long)T, (long long)H,
+                (long long)E, (long long)k, (long long)block, (long long)cap);
   const std::string where = buf;
   auto idx = random_experts(T, k, E, rng);
   HostPlan p = cpu_plan(idx, T, k, E, cap, block);
   const std::int64_t R = p.rows;
 
   // plan
-  DeviceBuffer<std::int64_t> d_idx(idx), routed(E), counts(E), offsets(E + 1), dest(T * k),
-      source(R), dropped(1);
+  DeviceBuffer<std::int64_t> d_idx(idx), routed(E), counts(E), offsets(E + 1), dest(T * k), source(R), dropped(1);
   DeviceBuffer<unsigned char> ws(mk::moe_plan_workspace_bytes(T, k, E));
-  GPU_CHECK(mk::moe_plan_cuda(d_idx.ptr, T, k, E, cap, block, routed.ptr, counts.ptr,
-                              offsets.ptr, dest.ptr, source.ptr, dropped.ptr, ws.ptr, nullptr));
+  GPU_CHECK(mk::moe_plan_cuda(d_idx.ptr, T, k, E, cap, block, routed.ptr, counts.ptr, offsets.ptr, dest.ptr, source.ptr,
+                              dropped.ptr, ws.ptr, nullptr));
   expect_equal_ints("plan.routed", where, routed.to_host(), p.routed);
   expect_equal_ints("plan.counts", where, counts.to_host(), p.counts);
   expect_equal_ints("plan.offsets", where, offsets.to_host(), p.offsets);
@@ -156,10 +151,9 @@ void check_case(std::int64_t T, std::int64_t H, std::int64_t E, std::int64_t k,
   for (bool weighted : {false, true}) {
     const float* wc = weighted ? w.data() : nullptr;
     mk::moe_dispatch_cpu<float>(x.data(), p.row_source.data(), wc, T, k, H, R, rows_cpu.data());
-    GPU_CHECK(mk::moe_dispatch_cuda(d_x.ptr, source.ptr, weighted ? d_w.ptr : nullptr, T, k, H, R,
-                                    d_rows.ptr, nullptr));
-    expect_close(weighted ? "dispatch(weighted)" : "dispatch", where, d_rows.to_host(), rows_cpu,
-                 0.0, 1e-6);
+    GPU_CHECK(
+        mk::moe_dispatch_cuda(d_x.ptr, source.ptr, weighted ? d_w.ptr : nullptr, T, k, H, R, d_rows.ptr, nullptr));
+    expect_close(weighted ? "dispatch(weighted)" : "dispatch", where, d_rows.to_host(), rows_cpu, 0.0, 1e-6);
   }
 
   // combine and gate gradient
@@ -169,16 +163,12 @@ void check_case(std::int64_t T, std::int64_t H, std::int64_t E, std::int64_t k,
   mk::moe_combine_cpu<float>(src.data(), p.dest_row.data(), w.data(), T, k, H, y_cpu.data());
   GPU_CHECK(mk::moe_combine_cuda(d_src.ptr, dest.ptr, d_w.ptr, T, k, H, d_y.ptr, nullptr));
   expect_close("combine", where, d_y.to_host(), y_cpu, 1e-5, 1e-5);
-  mk::moe_combine_gate_grad_cpu<float>(gy.data(), src.data(), p.dest_row.data(), T, k, H,
-                                       gw_cpu.data());
-  GPU_CHECK(mk::moe_combine_gate_grad_cuda(d_gy.ptr, d_src.ptr, dest.ptr, T, k, H, d_gw.ptr,
-                                           nullptr));
-  expect_close("combine_gate_grad", where, d_gw.to_host(), gw_cpu, 1e-4 * std::sqrt(double(H)),
-               1e-4);
+  mk::moe_combine_gate_grad_cpu<float>(gy.data(), src.data(), p.dest_row.data(), T, k, H, gw_cpu.data());
+  GPU_CHECK(mk::moe_combine_gate_grad_cuda(d_gy.ptr, d_src.ptr, dest.ptr, T, k, H, d_gw.ptr, nullptr));
+  expect_close("combine_gate_grad", where, d_gw.to_host(), gw_cpu, 1e-4 * std::sqrt(double(H)), 1e-4);
 
   // grouped GEMMs: nt [R,H]x[E,D,H]^T, nn [R,D]x[E,D,H], tn -> [E,D,H]
-  auto A = random_floats(R * H, rng), B = random_floats(E * D * H, rng),
-       G = random_floats(R * D, rng);
+  auto A = random_floats(R * H, rng), B = random_floats(E * D * H, rng), G = random_floats(R * D, rng);
   DeviceBuffer<float> d_A(A), d_B(B), d_G(G), d_C(R * D), d_dA(R * H), d_dB(E * D * H);
   std::vector<float> C(R * D), dA(R * H), dB(E * D * H);
   const double tol_h = 2e-5 * std::sqrt(double(H)), tol_d = 2e-5 * std::sqrt(double(D));
@@ -217,19 +207,18 @@ double time_ms(Fn fn, int reps = 20) {
 }
 
 void bench(std::mt19937& rng) {
-  std::printf("\n%-8s %-5s %-4s %-3s | %-12s %-12s %-6s | %-14s %-14s\n", "tokens", "H", "E", "k",
-              "disp+comb", "memcpy D2D", "ratio", "plan us", "gemm_nt GFLOP/s");
-  for (auto [T, H, E, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>{
-                                4096, 1024, 8, 2},
-                            {16384, 2048, 64, 8}, {32768, 4096, 64, 6}}) {
+  std::printf("\n%-8s %-5s %-4s %-3s | %-12s %-12s %-6s | %-14s %-14s\n", "tokens", "H", "E", "k", "disp+comb",
+              "memcpy D2D", "ratio", "plan us", "gemm_nt GFLOP/s");
+  for (auto [T, H, E, k] : {std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>{4096, 1024, 8, 2},
+                            {16384, 2048, 64, 8},
+                            {32768, 4096, 64, 6}}) {
     auto idx = random_experts(T, k, E, rng);
     const std::int64_t R = mk::moe_permuted_rows(T, k, E, 1);
-    DeviceBuffer<std::int64_t> d_idx(idx), routed(E), counts(E), offsets(E + 1), dest(T * k),
-        source(R), dropped(1);
+    DeviceBuffer<std::int64_t> d_idx(idx), routed(E), counts(E), offsets(E + 1), dest(T * k), source(R), dropped(1);
     DeviceBuffer<unsigned char> ws(mk::moe_plan_workspace_bytes(T, k, E));
     auto plan = [&] {
-      GPU_CHECK(mk::moe_plan_cuda(d_idx.ptr, T, k, E, -1, 1, routed.ptr, counts.ptr, offsets.ptr,
-                                  dest.ptr, source.ptr, dropped.ptr, ws.ptr, nullptr));
+      GPU_CHECK(mk::moe_plan_cuda(d_idx.ptr, T, k, E, -1, 1, routed.ptr, counts.ptr, offsets.ptr, dest.ptr, source.ptr,
+                                  dropped.ptr, ws.ptr, nullptr));
     };
     const double plan_ms = time_ms(plan);
     DeviceBuffer<float> x(T * H), rows(R * H), y(T * H), w(T * k);
@@ -244,21 +233,18 @@ void bench(std::mt19937& rng) {
     const double bytes = 4.0 * H * (3.0 * R + T);
     const std::size_t copy_bytes = static_cast<std::size_t>(bytes / 2);
     DeviceBuffer<unsigned char> c0(copy_bytes), c1(copy_bytes);
-    const double cp_ms = time_ms([&] {
-      GPU_CHECK(cudaMemcpyAsync(c1.ptr, c0.ptr, copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
-    });
+    const double cp_ms =
+        time_ms([&] { GPU_CHECK(cudaMemcpyAsync(c1.ptr, c0.ptr, copy_bytes, cudaMemcpyDeviceToDevice, nullptr)); });
     const std::int64_t D = H / 2;
     DeviceBuffer<float> Bw(E * D * H), C(R * D);
     GPU_CHECK(cudaMemset(Bw.ptr, 0, sizeof(float) * E * D * H));
-    const double gemm_ms = time_ms([&] {
-      GPU_CHECK(mk::moe_grouped_gemm_nt_cuda(rows.ptr, Bw.ptr, offsets.ptr, R, E, D, H, C.ptr,
-                                             nullptr));
-    }, 5);
+    const double gemm_ms = time_ms(
+        [&] { GPU_CHECK(mk::moe_grouped_gemm_nt_cuda(rows.ptr, Bw.ptr, offsets.ptr, R, E, D, H, C.ptr, nullptr)); }, 5);
     const double gbs = bytes / (dc_ms * 1e-3) / 1e9;
     const double cp_gbs = 2.0 * copy_bytes / (cp_ms * 1e-3) / 1e9;
-    std::printf("%-8lld %-5lld %-4lld %-3lld | %8.1f GB/s %7.1f GB/s %6.2f | %10.1f %14.1f\n",
-                (long long)T, (long long)H, (long long)E, (long long)k, gbs, cp_gbs, gbs / cp_gbs,
-                plan_ms * 1e3, 2.0 * R * D * H / (gemm_ms * 1e-3) / 1e9);
+    std::printf("%-8lld %-5lld %-4lld %-3lld | %8.1f GB/s %7.1f GB/s %6.2f | %10.1f %14.1f\n", (long long)T,
+                (long long)H, (long long)E, (long long)k, gbs, cp_gbs, gbs / cp_gbs, plan_ms * 1e3,
+                2.0 * R * D * H / (gemm_ms * 1e-3) / 1e9);
   }
 }
 

@@ -25,7 +25,9 @@ eval_episodes = 1
 groups_per_step = 2
 [sync]
 max_staleness = 1
-)", "coordinator.toml", {std::string("sync.asynchronous=") + (asynchronous ? "true" : "false")});
+)",
+                                 "coordinator.toml",
+                                 {std::string("sync.asynchronous=") + (asynchronous ? "true" : "false")});
 }
 
 rollout::TaskAssignment ask(runtime::Mailbox& mailbox, int free_slots) {
@@ -111,7 +113,7 @@ TEST_CASE("the coordinator evaluates, bounds staleness, replaces consumed groups
       const rollout::TaskAssignment final_eval = ask(mailbox, 100);
       REQUIRE(final_eval.groups.size() == 1);
       CHECK(final_eval.groups[0].evaluation);
-      CHECK(final_eval.groups[0].min_version == 2);  // evaluated with the final weights only
+      CHECK(final_eval.groups[0].min_version == 2);                       // evaluated with the final weights only
       CHECK(final_eval.groups[0].task.seed == eval.groups[0].task.seed);  // the same held-out seed
       phase_done(mailbox);
       mailbox.send(0, evaluation_episode(final_eval.groups[0]));

@@ -93,10 +93,11 @@ lr = 0.003
 total_steps = 1
 [checkpoint]
 every_steps = 0
-)", "dynamic_sampling.toml",
-                                  {"run.output_dir=" + output_dir, "algo.normalization=\"" + normalization + "\"",
-                                   "optim.grad_accumulation=" + std::to_string(accumulation),
-                                   std::string("algo.drop_zero_variance_groups=") + (drop ? "true" : "false")});
+)",
+                                 "dynamic_sampling.toml",
+                                 {"run.output_dir=" + output_dir, "algo.normalization=\"" + normalization + "\"",
+                                  "optim.grad_accumulation=" + std::to_string(accumulation),
+                                  std::string("algo.drop_zero_variance_groups=") + (drop ? "true" : "false")});
 }
 
 // One scripted episode, a function of (group, sample) only: turns of observed
@@ -112,11 +113,13 @@ rollout::Trajectory scripted_episode(int group, int sample, int moe_layers) {
   moerl_test::ScriptedRandom random(t.task.seed * 1000003ull + static_cast<std::uint64_t>(sample));
   // Group 0 succeeds alike, group 3 fails alike; in the rest the first turn's
   // reward grows with the sample by more than the later turns can make up.
-  moerl_test::append_scripted_turns(t, random, {6, 12, 5, 16}, /*version=*/0, [&](int turn, moerl_test::ScriptedRandom&) {
-    const float varying = turn == 0 ? 0.25f * static_cast<float>(sample) : 0.1f * static_cast<float>((group + turn) % 2);
-    const float alike = turn == 0 && group == 0 ? 1.f : 0.f;  // whatever the number of turns
-    return zero_variance(group) ? alike : varying;
-  });
+  moerl_test::append_scripted_turns(
+      t, random, {6, 12, 5, 16}, /*version=*/0, [&](int turn, moerl_test::ScriptedRandom&) {
+        const float varying =
+            turn == 0 ? 0.25f * static_cast<float>(sample) : 0.1f * static_cast<float>((group + turn) % 2);
+        const float alike = turn == 0 && group == 0 ? 1.f : 0.f;  // whatever the number of turns
+        return zero_variance(group) ? alike : varying;
+      });
   // Two distinct experts per fed position and MoE layer.
   t.moe_layers = moe_layers;
   t.top_k = kTopK;
@@ -196,7 +199,8 @@ void check_same_step(const config::Config& config, const runtime::World& world, 
   // The weights moved: the comparison is of a real step.
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
   model::Policy initial(config.model, config.moe);
-  CHECK(!moerl_test::differing_parameters(moerl_test::parameter_values(initial->parameters()), without.weights).empty());
+  CHECK(
+      !moerl_test::differing_parameters(moerl_test::parameter_values(initial->parameters()), without.weights).empty());
 
   // Control: counted in the normalisation, the zero-variance groups change the loss.
   const Outcome counted = one_update(no_dropping, world, mailbox, comms, all);

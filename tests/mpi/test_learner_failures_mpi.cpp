@@ -81,7 +81,8 @@ total_steps = 3
 asynchronous = false
 [checkpoint]
 every_steps = 0
-)", "failures.toml", {"run.output_dir=" + output_dir, "run.name=" + name});
+)",
+                                 "failures.toml", {"run.output_dir=" + output_dir, "run.name=" + name});
 }
 
 enum class Member { Episode, FailureRecord, Malformed };
@@ -100,8 +101,9 @@ rollout::Trajectory episode(const rollout::TaskGroup& group, int sample) {
   t.actor = 0;
   t.task = group.task;
   moerl_test::ScriptedRandom random(group.task.seed * 7919ull + static_cast<std::uint64_t>(sample));
-  moerl_test::append_scripted_turns(t, random, {10, 10, 6, 10}, static_cast<std::int32_t>(group.min_version),
-                                    [](int, moerl_test::ScriptedRandom& r) { return static_cast<float>(r.below(3)) / 2.f; });
+  moerl_test::append_scripted_turns(
+      t, random, {10, 10, 6, 10}, static_cast<std::int32_t>(group.min_version),
+      [](int, moerl_test::ScriptedRandom& r) { return static_cast<float>(r.below(3)) / 2.f; });
   return t;
 }
 
@@ -192,8 +194,10 @@ FailuresRun run_script(const std::string& output_dir, const std::string& name, b
     run.job_failure = learner.job_failure();
     const auto summary = config.run_directory() + "/summary.json";
     if (std::filesystem::exists(summary)) {
-      const JsonValue s = JsonValue::parse(std::string(std::istreambuf_iterator<char>(std::ifstream(summary).rdbuf()), {}));
-      if (const std::optional<JsonValue> sort = s.at("env_failures").find("sort")) run.crashed_records = static_cast<std::int64_t>(sort->at("crashed").as_number());
+      const JsonValue s =
+          JsonValue::parse(std::string(std::istreambuf_iterator<char>(std::ifstream(summary).rdbuf()), {}));
+      if (const std::optional<JsonValue> sort = s.at("env_failures").find("sort"))
+        run.crashed_records = static_cast<std::int64_t>(sort->at("crashed").as_number());
     }
   } else if (world.role() == runtime::Role::Actor) {
     policy->eval();

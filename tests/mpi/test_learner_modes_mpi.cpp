@@ -58,7 +58,8 @@ constexpr std::int64_t kGroupsPerStep = 2;
 constexpr double kTimeoutS = 30.0;
 
 config::Config modes_config(const std::string& output_dir, bool asynchronous) {
-  return setup::load_config_text(R"(
+  return setup::load_config_text(
+      R"(
 [run]
 name = "modes"
 seed = 7
@@ -95,7 +96,9 @@ interval = 1
 max_staleness = 1
 [checkpoint]
 every_steps = 0
-)", "modes.toml", {"run.output_dir=" + output_dir, std::string("sync.asynchronous=") + (asynchronous ? "true" : "false")});
+)",
+      "modes.toml",
+      {"run.output_dir=" + output_dir, std::string("sync.asynchronous=") + (asynchronous ? "true" : "false")});
 }
 
 // One episode of the scripted actor: a function of (task seed, sample) only.
@@ -150,9 +153,9 @@ std::uint32_t weights_crc(model::PolicyImpl& policy) {
 }
 
 struct ActorResult {
-  std::string error;               // empty when every send was taken and the publication closed
-  std::int64_t last_version = 0;   // the newest weights applied
-  std::uint32_t weights_crc = 0;   // of those weights
+  std::string error;              // empty when every send was taken and the publication closed
+  std::int64_t last_version = 0;  // the newest weights applied
+  std::uint32_t weights_crc = 0;  // of those weights
   std::int64_t groups = 0, held_back = 0;
 };
 
@@ -166,7 +169,8 @@ ActorResult scripted_actor(const config::Config& config, const runtime::World& w
   bool finished = false, requested = false;
   std::int64_t version = 0;
   auto send_group = [&](const rollout::TaskGroup& group) {
-    for (int k = 0; k < group.size && result.error.empty(); ++k) send_taken(world, scripted_episode(group, k), result.error);
+    for (int k = 0; k < group.size && result.error.empty(); ++k)
+      send_taken(world, scripted_episode(group, k), result.error);
   };
   const double deadline = runtime::monotonic_seconds() + 120;
   while (result.error.empty() && !(finished && waiting.empty())) {
@@ -207,10 +211,10 @@ ActorResult scripted_actor(const config::Config& config, const runtime::World& w
 }
 
 struct ModeRun {
-  std::vector<learner::StepStats> steps;  // rank 0
-  moerl_test::ParameterValues weights;  // rank 0: the final parameters
+  std::vector<learner::StepStats> steps;         // rank 0
+  moerl_test::ParameterValues weights;           // rank 0: the final parameters
   std::uint32_t initial_crc = 0, final_crc = 0;  // rank 0: of the learner's weights
-  ActorResult actor;                      // every rank (broadcast from the actor)
+  ActorResult actor;                             // every rank (broadcast from the actor)
 };
 
 ModeRun run_mode(const std::string& output_dir, bool asynchronous) {
@@ -252,7 +256,8 @@ ModeRun run_mode(const std::string& output_dir, bool asynchronous) {
 
 }  // namespace
 
-TEST_CASE("synchronous and asynchronous modes produce the same losses and weights for the same data", "[learner_modes]") {
+TEST_CASE("synchronous and asynchronous modes produce the same losses and weights for the same data",
+          "[learner_modes]") {
   torch::set_num_threads(1);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

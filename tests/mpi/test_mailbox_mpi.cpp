@@ -79,8 +79,7 @@ TEST_CASE("waiting for a message that never comes times out naming the peer", "[
   Mailbox mailbox(dup.comm, 20.0);
   if (mailbox.rank() == 0) {
     const double start = monotonic_seconds();
-    CHECK_THROWS_WITH(mailbox.receive<Hello>(2, 0.3),
-                      Catch::Contains("no Hello message from rank 2 within 0.3 s"));
+    CHECK_THROWS_WITH(mailbox.receive<Hello>(2, 0.3), Catch::Contains("no Hello message from rank 2 within 0.3 s"));
     const double waited = monotonic_seconds() - start;
     CHECK(waited >= 0.3);
     CHECK(waited < 5.0);

@@ -157,8 +157,8 @@ TEST_CASE("a corrupted bucket is refused and the version never applied", "[sync]
     } catch (const sync::CorruptVersionError& e) {  // transient: the next version comes as usual
       error = e.what();
     }
-    CHECK_THAT(error, Catch::Contains("weights version 7: bucket " + std::to_string(corrupted) +
-                                      " of 8 failed its checksum"));
+    CHECK_THAT(error,
+               Catch::Contains("weights version 7: bucket " + std::to_string(corrupted) + " of 8 failed its checksum"));
     CHECK(receiver.current_version() == -1);
     CHECK(params.equals(untouched));
     REQUIRE(receiver.wait_ready(30));
@@ -218,8 +218,8 @@ TEST_CASE("swap mode: versions land beside the live weights and apply() swaps th
     REQUIRE(receiver.wait_ready(30));
     CHECK(receiver.apply() == 4);
     CHECK(*live == version_bytes(4));
-    CHECK(live->data() != held->data());  // version 4 went to a fresh buffer ...
-    CHECK(*held == version_bytes(1));     // ... and the held one kept its bytes
+    CHECK(live->data() != held->data());       // version 4 went to a fresh buffer ...
+    CHECK(*held == version_bytes(1));          // ... and the held one kept its bytes
     CHECK(params.flat() == version_bytes(0));  // the original memory is no longer written
     while (!receiver.closed()) receiver.poll();
   }

@@ -11,8 +11,8 @@
 using namespace moerl::runtime;
 
 TEST_CASE("each rank gets its role and the right communicators", "[world]") {
-  const auto config = moerl::setup::load_config_text(
-      "[cluster]\nlearners = 1\nactors = 2\nenv_workers = 1\n", "world.toml");
+  const auto config =
+      moerl::setup::load_config_text("[cluster]\nlearners = 1\nactors = 2\nenv_workers = 1\n", "world.toml");
   int size = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   REQUIRE(size == 4);

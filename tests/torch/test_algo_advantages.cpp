@@ -71,8 +71,7 @@ TEST_CASE("Advantages broadcast onto tokens", "[algo]") {
 TEST_CASE("Dynamic sampling drops groups with zero reward variance", "[algo]") {
   // Group 1 all 1 (dropped), group 2 mixed (kept), group 3 a singleton
   // (dropped), group 4 all 2 (dropped).
-  auto f = algo::filter_zero_variance_groups(f64({1, 1, 1, 0, 1, 0, 0.5, 2, 2}),
-                                             i64({1, 1, 1, 2, 2, 2, 3, 4, 4}));
+  auto f = algo::filter_zero_variance_groups(f64({1, 1, 1, 0, 1, 0, 0.5, 2, 2}), i64({1, 1, 1, 2, 2, 2, 3, 4, 4}));
   REQUIRE(f.kept.scalar_type() == torch::kBool);
   require_values("kept", f.kept.to(torch::kDouble), {0, 0, 0, 1, 1, 1, 0, 0, 0}, 0);
   CHECK(f.dropped_episodes == 6);
@@ -163,8 +162,7 @@ TEST_CASE("GAE over turns matches the hand-rolled recursion", "[algo]") {
     double next_g = bv, next_v = bv;
     for (std::int64_t k = end - 1; k >= begin; --k) {
       const double rk = rd[k].item<double>();
-      const double gk = k == end - 1 ? rk + o.gamma * bv
-                                     : rk + o.gamma * ((1 - o.lambda) * next_v + o.lambda * next_g);
+      const double gk = k == end - 1 ? rk + o.gamma * bv : rk + o.gamma * ((1 - o.lambda) * next_v + o.lambda * next_g);
       want_ret[k] = gk;
       want_adv[k] = gk - vd[k].item<double>();
       next_g = gk;

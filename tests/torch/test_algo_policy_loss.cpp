@@ -44,14 +44,13 @@ void require_near(const std::string& what, double got, double want, double tol =
 // Prompt/observation tokens hold garbage (-inf, huge) that must not leak.
 struct Example {
   torch::Tensor prox = f64({-std::numeric_limits<double>::infinity(), -1, -1, -1, 7, -2, -2});
-  torch::Tensor new_values = f64({40, -1 + std::log(1.5), -1 + std::log(0.5), -1 + std::log(1.1), -30,
-                                  -2 + std::log(0.6), -2 + std::log(1.4)});
+  torch::Tensor new_values = f64(
+      {40, -1 + std::log(1.5), -1 + std::log(0.5), -1 + std::log(1.1), -30, -2 + std::log(0.6), -2 + std::log(1.4)});
   torch::Tensor adv = f64({5, 1, 1, 1, 9, -1, -1});
   torch::Tensor mask = f64({0, 1, 1, 1, 0, 1, 1});
   torch::Tensor seq = i64({0, 0, 0, 0, 1, 1, 1});
   // Importance weights exp(prox - beh) on generated tokens: 1.2, 3, 0.5 | 1, 2.5.
-  torch::Tensor beh = f64({0, -1 - std::log(1.2), -1 - std::log(3.0), -1 - std::log(0.5), 0, -2,
-                           -2 - std::log(2.5)});
+  torch::Tensor beh = f64({0, -1 - std::log(1.2), -1 - std::log(3.0), -1 - std::log(0.5), 0, -2, -2 - std::log(2.5)});
 
   algo::PolicyLossInputs inputs(const torch::Tensor& logp_new) const {
     algo::PolicyLossInputs in;
@@ -151,8 +150,7 @@ TEST_CASE("Decoupled PPO truncates importance weights at the cap", "[algo]") {
   require_near("truncated fraction", r.importance_truncated_fraction, 2.0 / 5);
   const double gap = (std::log(1.2) + std::log(3.0) + std::log(2.0) + 0 + std::log(2.5)) / 5;
   require_near("behaviour/proximal gap", r.behaviour_proximal_gap, gap);
-  require_values("weighted grad", grad_of(r.loss, x),
-                 {0, 0, -0.5 * 2 / 5, -1.1 * 0.5 / 5, 0, 0, 1.4 * 2 / 5});
+  require_values("weighted grad", grad_of(r.loss, x), {0, 0, -0.5 * 2 / 5, -1.1 * 0.5 / 5, 0, 0, 1.4 * 2 / 5});
 
   // A larger cap lets 3 and 2.5 through.
   o.importance_cap = 10;
@@ -258,8 +256,8 @@ TEST_CASE("Entropy from logits", "[algo]") {
   auto h = algo::token_entropy_from_logits(uniform);
   require_values("uniform", h, {std::log(7.0), std::log(7.0), std::log(7.0)}, 1e-12);
   const double inf = std::numeric_limits<double>::infinity();
-  auto logits = torch::stack({f64({std::log(0.5), std::log(0.25), std::log(0.25)}), f64({0, -inf, 0})})
-                    .set_requires_grad(true);
+  auto logits =
+      torch::stack({f64({std::log(0.5), std::log(0.25), std::log(0.25)}), f64({0, -inf, 0})}).set_requires_grad(true);
   h = algo::token_entropy_from_logits(logits);
   require_values("known", h, {1.5 * std::log(2.0), std::log(2.0)}, 1e-12);
   auto g = grad_of(h.sum(), logits);

@@ -19,10 +19,11 @@ using moerl::learner::EpisodeOutcome;
 namespace {
 
 config::Config curriculum_config(const std::string& extra = "") {
-  return setup::load_config_text("[env]\nfamilies = [\"sort\", \"guess\"]\ndifficulty = 1\ncurriculum = true\n"
-                                  "curriculum_window = 4\ncurriculum_max_difficulty = 3\n" +
-                                      extra,
-                                  "curriculum.toml");
+  return setup::load_config_text(
+      "[env]\nfamilies = [\"sort\", \"guess\"]\ndifficulty = 1\ncurriculum = true\n"
+      "curriculum_window = 4\ncurriculum_max_difficulty = 3\n" +
+          extra,
+      "curriculum.toml");
 }
 
 void play(Curriculum& curriculum, const std::string& family, int difficulty, int successes, int failures) {
@@ -111,6 +112,7 @@ TEST_CASE("levels and averages survive a checkpoint", "[curriculum]") {
 }
 
 TEST_CASE("curriculum thresholds that cross are refused naming the key", "[curriculum]") {
-  CHECK_THROWS_WITH(curriculum_config("curriculum_raise_at = 0.3\ncurriculum_lower_at = 0.5\n"),
-                    Catch::Contains("curriculum.toml:8: [env] curriculum_lower_at: must be below env.curriculum_raise_at"));
+  CHECK_THROWS_WITH(
+      curriculum_config("curriculum_raise_at = 0.3\ncurriculum_lower_at = 0.5\n"),
+      Catch::Contains("curriculum.toml:8: [env] curriculum_lower_at: must be below env.curriculum_raise_at"));
 }

@@ -144,7 +144,8 @@ TEST_CASE("hf parity: logits match the reference to 1e-4 in float32", "[hf][pari
     torch::Tensor batch = torch::zeros({2, static_cast<std::int64_t>(std::max(a, b))}, torch::kLong);
     batch[0].narrow(0, 0, a).copy_(torch::tensor(ref.prompts[0]));
     batch[1].narrow(0, 0, b).copy_(torch::tensor(ref.prompts[1]));
-    const auto out = policy->forward(batch, torch::tensor({static_cast<std::int64_t>(a), static_cast<std::int64_t>(b)}));
+    const auto out =
+        policy->forward(batch, torch::tensor({static_cast<std::int64_t>(a), static_cast<std::int64_t>(b)}));
     const torch::Tensor unpacked = out.unpack(out.logits);
     CHECK(relative_error(unpacked[0].narrow(0, 0, a), ref.logits[0]) <= 1e-4);
     CHECK(relative_error(unpacked[1].narrow(0, 0, b), ref.logits[1]) <= 1e-4);

@@ -56,7 +56,7 @@ TEST_CASE("int8 KV entries come back within half a scale step of what was stored
   const std::int64_t T = 19, heads = m.num_kv_heads, D = m.d_model / m.num_heads;
   torch::Tensor k = torch::randn({T, heads, D}) * 3.0;
   torch::Tensor v = torch::randn({T, heads, D});
-  k[5] = 0.0;        // an all-zero position stays zero
+  k[5] = 0.0;         // an all-zero position stays zero
   v[7][1][3] = 40.0;  // an outlier coarsens its own vector only
   // Written in three pieces (a prefill, then decode steps): the pool grows
   // from 1 block to 8 along the way and must keep what it held.

@@ -13,10 +13,10 @@
 #include "moerl/learner/pretrain.h"
 #include "moerl/model/policy.h"
 
+using Catch::Matchers::Contains;
 using moerl::config::ModelSection;
 using moerl::config::MoeSection;
 using moerl::model::Policy;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -89,7 +89,8 @@ TEST_CASE("load_policy refuses another shape at load, naming the tensor and both
   const std::string error = error_of([&] { moerl::learner::load_policy(policy, saved.path); });
   CHECK_THAT(error, Contains("cannot load policy weights from '" + saved.path + "'"));
   // embed_tokens.weight is the first parameter in model order.
-  CHECK_THAT(error, Contains("tensor 'embed_tokens.weight' is [264, 16] in the file but [264, 32] in the configured model"));
+  CHECK_THAT(error,
+             Contains("tensor 'embed_tokens.weight' is [264, 16] in the file but [264, 32] in the configured model"));
   CHECK_THAT(error, Contains("more tensor(s) differ in shape"));
   CHECK(flat_weights(policy).equal(before));  // checked before anything was copied
 }

@@ -37,8 +37,7 @@ rollout::Trajectory episode(std::vector<std::uint8_t> generated, std::vector<flo
 //   C:  3 targets, one action at target 1, two rewards reported
 struct Fixture {
   std::vector<rollout::Trajectory> storage{episode({0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0}, {0.5f, 2.f}),
-                                           episode({0, 0, 1, 1, 0, 1}, {0.25f}),
-                                           episode({0, 0, 1, 0}, {1.f, 2.f})};
+                                           episode({0, 0, 1, 1, 0, 1}, {0.25f}), episode({0, 0, 1, 0}, {1.f, 2.f})};
   std::vector<const rollout::Trajectory*> episodes{&storage[0], &storage[1], &storage[2]};
   std::vector<float> bonus{0.f, -0.5f, 0.f};
 };

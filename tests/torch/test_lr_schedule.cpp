@@ -21,7 +21,7 @@ TEST_CASE("cosine decays from the peak after warm-up to 10% at the last step and
   const LrSchedule s{1.0, 10, 110, true};
   CHECK(scheduled_lr(s, 9) == Approx(1.0));
   CHECK(scheduled_lr(s, 10) == Approx(1.0));
-  CHECK(scheduled_lr(s, 60) == Approx(0.55));   // half way: 0.1 + 0.9 * 0.5
+  CHECK(scheduled_lr(s, 60) == Approx(0.55));  // half way: 0.1 + 0.9 * 0.5
   CHECK(scheduled_lr(s, 110) == Approx(0.1));
   CHECK(scheduled_lr(s, 500) == Approx(0.1));
   for (std::int64_t step = 11; step <= 110; ++step) CHECK(scheduled_lr(s, step) < scheduled_lr(s, step - 1));

@@ -77,8 +77,8 @@ TEST_CASE("rotary embedding: gradients, norm preservation, relative positions", 
   const torch::Tensor positions = torch::tensor({0, 3, 17, 250}, torch::kLong);
   const torch::Tensor x = torch::randn({4, 3, 8}, torch::kDouble);
 
-  const double err = max_gradient_error(
-      [&](const torch::Tensor& in) { return moerl::model::apply_rotary(in, positions, theta); }, x);
+  const double err =
+      max_gradient_error([&](const torch::Tensor& in) { return moerl::model::apply_rotary(in, positions, theta); }, x);
   INFO("max |analytic - numeric| for rotary dL/dx = " << err);
   CHECK(err < 1e-7);
 
@@ -136,7 +136,7 @@ TEST_CASE("KV cache bookkeeping: add, grow, remove, reuse", "[model][kvcache]") 
   CHECK_THROWS(cache.length(a));
   CHECK_THROWS(cache.remove_sequence(a));
   const auto c = cache.add_sequence();
-  CHECK(c != a);  // ids are never reused
+  CHECK(c != a);                            // ids are never reused
   CHECK(cache.slots_of({c})[0] == slot_a);  // slots are
   CHECK(cache.length(c) == 0);
   CHECK(cache.sequences() == std::vector<moerl::model::SequenceId>{b, c});

@@ -43,13 +43,10 @@ MoeSection tiny_moe() {
   return e;
 }
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>();
-}
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 // Right-pads rows with `pad` into [B, S] and returns the lengths [B].
-std::pair<torch::Tensor, torch::Tensor> pad_rows(const std::vector<std::vector<std::int64_t>>& rows,
-                                                 std::int64_t pad) {
+std::pair<torch::Tensor, torch::Tensor> pad_rows(const std::vector<std::vector<std::int64_t>>& rows, std::int64_t pad) {
   std::int64_t width = 0;
   for (const auto& r : rows) width = std::max<std::int64_t>(width, static_cast<std::int64_t>(r.size()));
   torch::Tensor tokens = torch::full({static_cast<std::int64_t>(rows.size()), width}, pad, torch::kLong);
@@ -116,10 +113,10 @@ void check_cache_matches_full_forward(torch::Dtype dtype, const MoeSection& moe,
     std::vector<std::pair<int, std::int64_t>> rows;
   };
   const std::vector<Step> schedule{
-      {{0, 1}, {}, {{0, 4}, {1, 2}}},          // prefill two, ragged
-      {{}, {}, {{0, 1}, {1, 1}}},              // decode
-      {{2}, {}, {{2, 6}, {0, 1}, {1, 2}}},     // 2 joins with a prefill; 1 appends 2
-      {{3}, {1}, {{3, 3}, {2, 1}}},            // 1 leaves (done), 3 joins; 0 sits out
+      {{0, 1}, {}, {{0, 4}, {1, 2}}},       // prefill two, ragged
+      {{}, {}, {{0, 1}, {1, 1}}},           // decode
+      {{2}, {}, {{2, 6}, {0, 1}, {1, 2}}},  // 2 joins with a prefill; 1 appends 2
+      {{3}, {1}, {{3, 3}, {2, 1}}},         // 1 leaves (done), 3 joins; 0 sits out
       {{}, {}, {{0, 1}, {2, 1}, {3, 1}}},
       {{4}, {}, {{2, 2}, {4, 6}, {3, 3}, {0, 2}}},
       {{}, {0, 4}, {{2, 1}}},
@@ -146,8 +143,8 @@ void check_cache_matches_full_forward(torch::Dtype dtype, const MoeSection& moe,
     std::int64_t offset = 0;
     for (const auto& [s, n] : step.rows) {
       const double d = max_abs_diff(out.logits.narrow(0, offset, n), ref_logits[s].narrow(0, done[s], n));
-      INFO("step " << step_index << ", sequence " << s << ", positions " << done[s] << ".."
-                   << done[s] + n - 1 << ": max |cached - full| = " << d);
+      INFO("step " << step_index << ", sequence " << s << ", positions " << done[s] << ".." << done[s] + n - 1
+                   << ": max |cached - full| = " << d);
       CHECK(d <= tolerance);
       if (!ref_experts.empty()) {
         const bool same = out.expert_indices.narrow(0, offset, n).equal(ref_experts[s].narrow(0, done[s], n));
@@ -166,13 +163,11 @@ void check_cache_matches_full_forward(torch::Dtype dtype, const MoeSection& moe,
 
 }  // namespace
 
-TEST_CASE("KV-cache decoding equals the full forward on a ragged batch (MoE, double)",
-          "[model][policy][kvcache]") {
+TEST_CASE("KV-cache decoding equals the full forward on a ragged batch (MoE, double)", "[model][policy][kvcache]") {
   check_cache_matches_full_forward(torch::kDouble, tiny_moe(), 1e-10);
 }
 
-TEST_CASE("KV-cache decoding equals the full forward on a ragged batch (dense, float)",
-          "[model][policy][kvcache]") {
+TEST_CASE("KV-cache decoding equals the full forward on a ragged batch (dense, float)", "[model][policy][kvcache]") {
   MoeSection dense;
   dense.enabled = false;
   check_cache_matches_full_forward(torch::kFloat, dense, 1e-4);
@@ -212,8 +207,8 @@ TEST_CASE("routing replay with the recorded experts reproduces the forward", "[m
   const SequenceId id = cache.add_sequence();
   const torch::Tensor row = tokens[0].unsqueeze(0);
   for (std::int64_t t = 0; t < 10; ++t) {
-    const auto step = policy->forward_cached(row.narrow(1, t, 1), torch::Tensor(), cache, {id},
-                                             shifted.narrow(0, t, 1));
+    const auto step =
+        policy->forward_cached(row.narrow(1, t, 1), torch::Tensor(), cache, {id}, shifted.narrow(0, t, 1));
     CHECK(max_abs_diff(step.logits, other.logits.narrow(0, t, 1)) < 1e-10);
   }
 
@@ -259,7 +254,7 @@ TEST_CASE("parameter report matches a hand count", "[model][params]") {
   m.vocab_size = 264;
   m.d_model = 16;
   m.num_layers = 3;
-  m.num_heads = 4;       // head_dim 4
+  m.num_heads = 4;  // head_dim 4
   m.num_kv_heads = 2;
   m.d_ff = 24;
   MoeSection e;
@@ -278,7 +273,7 @@ TEST_CASE("parameter report matches a hand count", "[model][params]") {
   //   routed         2 * 4 experts * 3*16*8 (=384) = 3072, active 2 * 2 * 384 = 1536
   //   shared         2 * 384                       = 768
   const std::int64_t total = 4224 * 2 + 2304 + 112 + 1152 + 128 + 3072 + 768;  // 15984
-  const std::int64_t active = total - 3072 + 1536;                              // 14448
+  const std::int64_t active = total - 3072 + 1536;                             // 14448
   REQUIRE(total == 15984);
 
   Policy policy(m, e);
@@ -327,13 +322,12 @@ TEST_CASE("initialisation and checkpoint names", "[model][policy]") {
   for (const auto& item : policy->named_parameters()) params[item.key()] = item.value();
 
   // Names follow the Llama/Mixtral/Qwen-MoE layout.
-  for (const char* name : {"embed_tokens.weight", "layers.0.input_layernorm.weight",
-                           "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight",
-                           "layers.0.self_attn.v_proj.weight", "layers.0.self_attn.o_proj.weight",
-                           "layers.0.post_attention_layernorm.weight", "layers.0.mlp.gate_proj.weight",
-                           "layers.0.mlp.up_proj.weight", "layers.0.mlp.down_proj.weight",
-                           "layers.1.mlp.gate.weight", "layers.1.mlp.experts.down_proj", "norm.weight",
-                           "lm_head.weight"}) {
+  for (const char* name :
+       {"embed_tokens.weight", "layers.0.input_layernorm.weight", "layers.0.self_attn.q_proj.weight",
+        "layers.0.self_attn.k_proj.weight", "layers.0.self_attn.v_proj.weight", "layers.0.self_attn.o_proj.weight",
+        "layers.0.post_attention_layernorm.weight", "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight",
+        "layers.0.mlp.down_proj.weight", "layers.1.mlp.gate.weight", "layers.1.mlp.experts.down_proj", "norm.weight",
+        "lm_head.weight"}) {
     INFO("parameter " << name);
     CHECK(params.count(name) == 1);
   }
@@ -390,8 +384,8 @@ TEST_CASE("policy throughput on CPU (default config)", "[.bench][policy_bench]")
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();
   const std::int64_t prefill_tokens = lengths.sum().item<std::int64_t>();
   WARN("prefill " << prefill_tokens << " tokens in " << prefill_s << " s (" << prefill_tokens / prefill_s
-                  << " tok/s); decode " << B * steps << " tokens in " << decode_s << " s ("
-                  << B * steps / decode_s << " tok/s, " << 1e3 * decode_s / steps << " ms/step)");
+                  << " tok/s); decode " << B * steps << " tokens in " << decode_s << " s (" << B * steps / decode_s
+                  << " tok/s, " << 1e3 * decode_s / steps << " ms/step)");
   CHECK(cache.length(ids[0]) == static_cast<std::int64_t>(prompts[0].size()) + steps);
 }
 
@@ -409,14 +403,19 @@ TEST_CASE("policy rejects malformed inputs with errors that say why", "[model][p
     }
     return std::string("<no exception>");
   };
-  CHECK_THAT(message_of([&] { policy(tokens, torch::tensor({4, 0}, torch::kLong)); }),
+  CHECK_THAT(message_of([&] {
+               policy(tokens, torch::tensor({4, 0}, torch::kLong));
+             }),
              Catch::Contains("row 1 has length 0"));
-  CHECK_THAT(message_of([&] { policy(tokens, torch::tensor({4, 5}, torch::kLong)); }),
+  CHECK_THAT(message_of([&] {
+               policy(tokens, torch::tensor({4, 5}, torch::kLong));
+             }),
              Catch::Contains("row 1 has length 5"));
-  CHECK_THAT(message_of([&] { policy(torch::full({1, 3}, 264, torch::kLong)); }),
+  CHECK_THAT(message_of([&] {
+               policy(torch::full({1, 3}, 264, torch::kLong));
+             }),
              Catch::Contains("outside the vocabulary"));
-  CHECK_THAT(message_of([&] { policy(torch::zeros({1, 9}, torch::kLong)); }),
-             Catch::Contains("max_seq_len"));
+  CHECK_THAT(message_of([&] { policy(torch::zeros({1, 9}, torch::kLong)); }), Catch::Contains("max_seq_len"));
   CHECK_THAT(message_of([&] { policy(tokens.to(torch::kInt)); }), Catch::Contains("int64"));
 
   KVCache cache = policy->make_cache();

@@ -27,9 +27,8 @@ using LossFn = std::function<torch::Tensor(const std::vector<torch::Tensor>&)>;
 
 // Compares autograd against central differences for every input that
 // requires grad (at most max_elems elements per input, spread evenly).
-void check_gradients(const std::string& what, const LossFn& f, std::vector<torch::Tensor> inputs,
-                     double eps = 1e-6, double atol = 1e-7, double rtol = 1e-5,
-                     std::int64_t max_elems = 400) {
+void check_gradients(const std::string& what, const LossFn& f, std::vector<torch::Tensor> inputs, double eps = 1e-6,
+                     double atol = 1e-7, double rtol = 1e-5, std::int64_t max_elems = 400) {
   std::vector<torch::Tensor> diff;
   for (auto& t : inputs)
     if (t.requires_grad()) diff.push_back(t);
@@ -54,8 +53,7 @@ void check_gradients(const std::string& what, const LossFn& f, std::vector<torch
         numeric = (up - down) / (2 * eps);
       }
       const double a = analytic.view({-1})[j].item<double>();
-      INFO(what << ": input " << i << " element " << j << " analytic " << a << " numeric "
-                << numeric);
+      INFO(what << ": input " << i << " element " << j << " analytic " << a << " numeric " << numeric);
       REQUIRE(std::abs(a - numeric) <= atol + rtol * std::abs(numeric));
     }
   }
@@ -70,8 +68,7 @@ torch::Tensor random_choices(std::int64_t T, std::int64_t k, std::int64_t E) {
   return std::get<1>(torch::topk(torch::rand({T, E}), k, -1));
 }
 
-void require_close(const std::string& what, const torch::Tensor& a, const torch::Tensor& b,
-                   double atol, double rtol) {
+void require_close(const std::string& what, const torch::Tensor& a, const torch::Tensor& b, double atol, double rtol) {
   REQUIRE(a.sizes() == b.sizes());
   auto diff = (a - b).abs();
   auto bound = atol + rtol * b.abs();
@@ -82,9 +79,9 @@ void require_close(const std::string& what, const torch::Tensor& a, const torch:
     where << idx;
     std::vector<at::indexing::TensorIndex> ix;
     for (std::int64_t d = 0; d < idx.size(0); ++d) ix.emplace_back(idx[d].item<std::int64_t>());
-    FAIL(what << ": " << bad.size(0) << " elements differ; first at " << where.str()
-              << ": got " << a.index(ix).item<double>() << " want " << b.index(ix).item<double>()
-              << " (max abs diff " << diff.max().item<double>() << ")");
+    FAIL(what << ": " << bad.size(0) << " elements differ; first at " << where.str() << ": got "
+              << a.index(ix).item<double>() << " want " << b.index(ix).item<double>() << " (max abs diff "
+              << diff.max().item<double>() << ")");
   }
 }
 
@@ -95,8 +92,8 @@ struct LayerCase {
   bool renorm;
 };
 
-moe::MoeFeedForward make_layer(std::int64_t E, const LayerCase& c, std::int64_t d_model,
-                               std::int64_t d_expert, torch::Dtype dtype) {
+moe::MoeFeedForward make_layer(std::int64_t E, const LayerCase& c, std::int64_t d_model, std::int64_t d_expert,
+                               torch::Dtype dtype) {
   ModelSection m;
   m.d_model = d_model;
   m.num_layers = 2;
@@ -168,23 +165,26 @@ TEST_CASE("moe dispatch/combine/grouped_swiglu: gradient checks in double", "[mo
     INFO("capacity " << capacity << " block " << block);
     auto x = leaf(torch::randn({T, H}, f64()));
     auto proj_rows = torch::randn({plan.rows, H}, f64());
-    check_gradients("dispatch", [&](const std::vector<torch::Tensor>& in) {
-      return (moe::dispatch(in[0], plan) * proj_rows).sum();
-    }, {x});
+    check_gradients(
+        "dispatch",
+        [&](const std::vector<torch::Tensor>& in) { return (moe::dispatch(in[0], plan) * proj_rows).sum(); }, {x});
 
     auto rows = leaf(torch::randn({plan.rows, H}, f64()));
     auto gates = leaf(torch::rand({T, k}, f64()));
     auto proj_tok = torch::randn({T, H}, f64());
-    check_gradients("combine", [&](const std::vector<torch::Tensor>& in) {
-      return (moe::combine(in[0], in[1], plan) * proj_tok).sum();
-    }, {rows, gates});
+    check_gradients(
+        "combine",
+        [&](const std::vector<torch::Tensor>& in) { return (moe::combine(in[0], in[1], plan) * proj_tok).sum(); },
+        {rows, gates});
 
     auto wg = leaf(torch::randn({E, D, H}, f64()) * 0.5);
     auto wu = leaf(torch::randn({E, D, H}, f64()) * 0.5);
     auto wd = leaf(torch::randn({E, H, D}, f64()) * 0.5);
-    check_gradients("grouped_swiglu", [&](const std::vector<torch::Tensor>& in) {
-      return (moe::grouped_swiglu(in[0], in[1], in[2], in[3], plan) * proj_rows).sum();
-    }, {rows, wg, wu, wd});
+    check_gradients("grouped_swiglu",
+                    [&](const std::vector<torch::Tensor>& in) {
+                      return (moe::grouped_swiglu(in[0], in[1], in[2], in[3], plan) * proj_rows).sum();
+                    },
+                    {rows, wg, wu, wd});
   }
 }
 
@@ -196,16 +196,15 @@ TEST_CASE("moe dispatch + grouped_swiglu + combine equals dense per-token comput
     auto plan = moe::make_route_plan(idx, E, -1, 4);
     auto x = torch::randn({T, H});
     auto gates = torch::rand({T, k});
-    auto wg = torch::randn({E, D, H}) * 0.3, wu = torch::randn({E, D, H}) * 0.3,
-         wd = torch::randn({E, H, D}) * 0.3;
-    auto y = moe::combine(moe::grouped_swiglu(moe::dispatch(x, plan), wg, wu, wd, plan), gates,
-                          plan);
+    auto wg = torch::randn({E, D, H}) * 0.3, wu = torch::randn({E, D, H}) * 0.3, wd = torch::randn({E, H, D}) * 0.3;
+    auto y = moe::combine(moe::grouped_swiglu(moe::dispatch(x, plan), wg, wu, wd, plan), gates, plan);
     // Dense: every token through its experts with batched matmuls.
-    auto xg = x.unsqueeze(1).unsqueeze(-1);                          // [T,1,H,1]
+    auto xg = x.unsqueeze(1).unsqueeze(-1);  // [T,1,H,1]
     auto g = torch::matmul(wg.index_select(0, idx.view(-1)).view({T, k, D, H}), xg);
     auto u = torch::matmul(wu.index_select(0, idx.view(-1)).view({T, k, D, H}), xg);
     auto o = torch::matmul(wd.index_select(0, idx.view(-1)).view({T, k, H, D}),
-                           torch::silu(g) * u).squeeze(-1);          // [T,k,H]
+                           torch::silu(g) * u)
+                 .squeeze(-1);  // [T,k,H]
     auto want = (o * gates.unsqueeze(-1)).sum(1);
     INFO("T=" << T);
     require_close("moe pipeline vs dense", y, want, 1e-5, 1e-4);
@@ -220,16 +219,16 @@ TEST_CASE("moe layer matches the per-expert-loop reference (forward and gradient
       {2, 0, 1, 0.0, RouterMode::SoftmaxThenTopK, false},
       {3, 2, 1, 0.0, RouterMode::TopKThenSoftmax, true},
       {2, 1, 4, 0.0, RouterMode::SoftmaxThenTopK, true},
-      {2, 0, 1, 1.0, RouterMode::SoftmaxThenTopK, true},   // capacity: drops
-      {3, 1, 2, 0.5, RouterMode::TopKThenSoftmax, true},   // heavy drops, padding
+      {2, 0, 1, 1.0, RouterMode::SoftmaxThenTopK, true},  // capacity: drops
+      {3, 1, 2, 0.5, RouterMode::TopKThenSoftmax, true},  // heavy drops, padding
       {2, 0, 1, 1.25, RouterMode::SoftmaxThenTopK, true},
   };
   for (const auto& c : cases) {
     for (std::int64_t T : {1, 19, 99}) {
       auto layer = make_layer(6, c, 10, 7, torch::kDouble);
       auto x = leaf(torch::randn({T, 10}, f64()));
-      INFO("top_k " << c.top_k << " shared " << c.shared << " block " << c.block << " capacity "
-                    << c.capacity << " T " << T);
+      INFO("top_k " << c.top_k << " shared " << c.shared << " block " << c.block << " capacity " << c.capacity << " T "
+                    << T);
       auto ours = layer->forward(x);
       auto ref = moe::reference_moe_forward(*layer, x);
       REQUIRE(torch::equal(ours.expert_indices, ref.expert_indices));
@@ -245,10 +244,8 @@ TEST_CASE("moe layer matches the per-expert-loop reference (forward and gradient
       auto params = layer->parameters();
       std::vector<torch::Tensor> wrt = params;
       wrt.push_back(x);
-      auto g1 = torch::autograd::grad({(ours.hidden * proj).sum() + ours.aux_loss}, wrt, {}, true,
-                                      false, true);
-      auto g2 = torch::autograd::grad({(ref.hidden * proj).sum() + ref.aux_loss}, wrt, {}, true,
-                                      false, true);
+      auto g1 = torch::autograd::grad({(ours.hidden * proj).sum() + ours.aux_loss}, wrt, {}, true, false, true);
+      auto g2 = torch::autograd::grad({(ref.hidden * proj).sum() + ref.aux_loss}, wrt, {}, true, false, true);
       auto names = layer->named_parameters().keys();
       names.push_back("x");
       for (std::size_t i = 0; i < wrt.size(); ++i) {
@@ -284,10 +281,13 @@ TEST_CASE("moe layer: whole-layer gradient check in double", "[moe][grad]") {
     std::vector<torch::Tensor> inputs = layer->parameters();
     inputs.push_back(x);
     const std::size_t xi = inputs.size() - 1;
-    check_gradients("moe layer", [&](const std::vector<torch::Tensor>& in) {
-      auto out = layer->forward(in[xi]);
-      return (out.hidden * proj).sum() + out.aux_loss;
-    }, inputs);
+    check_gradients(
+        "moe layer",
+        [&](const std::vector<torch::Tensor>& in) {
+          auto out = layer->forward(in[xi]);
+          return (out.hidden * proj).sum() + out.aux_loss;
+        },
+        inputs);
   }
 }
 
@@ -339,8 +339,7 @@ TEST_CASE("moe layer: parameter names and shapes follow the HF layout", "[moe]")
   REQUIRE(p["shared_expert.down_proj.weight"].sizes() == torch::IntArrayRef({16, 16}));
   REQUIRE(p.size() == 7);
   // Down projections start smaller (1/sqrt(2*num_layers)).
-  REQUIRE(p["experts.down_proj"].std().item<double>() <
-          p["experts.gate_proj"].std().item<double>());
+  REQUIRE(p["experts.down_proj"].std().item<double>() < p["experts.gate_proj"].std().item<double>());
 }
 
 TEST_CASE("moe layer: empty input and bad shapes", "[moe]") {
@@ -385,21 +384,17 @@ TEST_CASE("moe layer on CUDA matches the reference and the CPU", "[moe][cuda]") 
       auto proj = proj_cpu.to(cuda);
       auto ours = layer->forward(x);
       auto ref = moe::reference_moe_forward(*layer, x);
-      INFO("top_k " << c.top_k << " E " << E << " capacity " << c.capacity << " block "
-                    << c.block << " T " << T);
+      INFO("top_k " << c.top_k << " E " << E << " capacity " << c.capacity << " block " << c.block << " T " << T);
       REQUIRE(torch::equal(ours.expert_indices, ref.expert_indices));
       REQUIRE(torch::equal(ours.expert_indices.cpu(), cpu_out.expert_indices));
-      require_close("cuda hidden vs cuda reference", ours.hidden.cpu(), ref.hidden.cpu(), 1e-5,
-                    1e-4);
+      require_close("cuda hidden vs cuda reference", ours.hidden.cpu(), ref.hidden.cpu(), 1e-5, 1e-4);
       require_close("cuda hidden vs cpu", ours.hidden.cpu(), cpu_out.hidden, 1e-5, 1e-4);
       REQUIRE(ours.stats.tokens_per_expert == ref.stats.tokens_per_expert);
       REQUIRE(ours.stats.dropped_tokens == ref.stats.dropped_tokens);
       std::vector<torch::Tensor> wrt = layer->parameters();
       wrt.push_back(x);
-      auto g1 = torch::autograd::grad({(ours.hidden * proj).sum() + ours.aux_loss}, wrt, {},
-                                      true, false, true);
-      auto g2 = torch::autograd::grad({(ref.hidden * proj).sum() + ref.aux_loss}, wrt, {}, true,
-                                      false, true);
+      auto g1 = torch::autograd::grad({(ours.hidden * proj).sum() + ours.aux_loss}, wrt, {}, true, false, true);
+      auto g2 = torch::autograd::grad({(ref.hidden * proj).sum() + ref.aux_loss}, wrt, {}, true, false, true);
       for (std::size_t i = 0; i < wrt.size(); ++i) {
         auto a = g1[i].defined() ? g1[i] : torch::zeros_like(wrt[i]);
         auto b = g2[i].defined() ? g2[i] : torch::zeros_like(wrt[i]);

@@ -16,7 +16,6 @@
 using moerl::config::ModelSection;
 using moerl::config::MoeSection;
 using moerl::model::Policy;
-using moerl::text::SpecialTokens;
 using moerl::rollout::ContextPolicy;
 using moerl::rollout::EngineOptions;
 using moerl::rollout::GeneratedTurn;
@@ -24,6 +23,7 @@ using moerl::rollout::GenerationEngine;
 using moerl::rollout::SamplingParams;
 using moerl::rollout::StopParams;
 using moerl::rollout::StopReason;
+using moerl::text::SpecialTokens;
 
 namespace {
 
@@ -150,8 +150,7 @@ GeneratedTurn single_turn(Policy& policy, const EngineOptions& options, const st
 
 }  // namespace
 
-TEST_CASE("engine decoding with sessions joining and leaving equals a full forward",
-          "[rollout][engine]") {
+TEST_CASE("engine decoding with sessions joining and leaving equals a full forward", "[rollout][engine]") {
   Policy policy = make_policy(3);
   EngineOptions options;
   options.block_size = 4;
@@ -187,8 +186,8 @@ TEST_CASE("engine decoding with sessions joining and leaving equals a full forwa
       if (--turns_left[id] > 0) {
         // Second turn: an observation joins the context (prefilled with the
         // sampled token that ended the first turn).
-        engine.append_prompt(id, {SpecialTokens::kEndOfTurn, SpecialTokens::kUser, 65, 66,
-                                  SpecialTokens::kEndOfTurn, SpecialTokens::kAssistant});
+        engine.append_prompt(id, {SpecialTokens::kEndOfTurn, SpecialTokens::kUser, 65, 66, SpecialTokens::kEndOfTurn,
+                                  SpecialTokens::kAssistant});
         StopParams stop;
         stop.stop_on_eot = false;
         stop.max_turn_tokens = 3 + static_cast<std::int64_t>(id);

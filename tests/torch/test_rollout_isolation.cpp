@@ -11,12 +11,12 @@
 #include "moerl/text/tokenizer.h"
 #include "moerl/rollout/generation_engine.h"
 
-using moerl::text::SpecialTokens;
 using moerl::rollout::EngineOptions;
 using moerl::rollout::GeneratedTurn;
 using moerl::rollout::GenerationEngine;
 using moerl::rollout::SamplingParams;
 using moerl::rollout::StopParams;
+using moerl::text::SpecialTokens;
 
 namespace {
 
@@ -65,7 +65,8 @@ std::vector<GeneratedTurn> run_session(int others, std::int64_t max_step_tokens)
   }();
   for (std::uint64_t id : ids) {
     engine.add_session(id, id == 7 ? 99 : id * 31);
-    engine.append_prompt(id, prompt(id == 7 ? 40 : 10 + static_cast<std::int64_t>(id % 7) * 9, static_cast<std::int64_t>(id)));
+    engine.append_prompt(
+        id, prompt(id == 7 ? 40 : 10 + static_cast<std::int64_t>(id % 7) * 9, static_cast<std::int64_t>(id)));
     engine.start_turn(id, sampling, stop);
   }
   std::vector<GeneratedTurn> turns;

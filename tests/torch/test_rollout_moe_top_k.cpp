@@ -18,16 +18,16 @@
 #include "moerl/moe/moe_layer.h"
 #include "moerl/rollout/generation_engine.h"
 
+using Catch::Matchers::Contains;
 using moerl::config::ModelSection;
 using moerl::config::MoeSection;
 using moerl::model::Policy;
-using moerl::text::SpecialTokens;
 using moerl::rollout::EngineOptions;
 using moerl::rollout::GeneratedTurn;
 using moerl::rollout::GenerationEngine;
 using moerl::rollout::SamplingParams;
 using moerl::rollout::StopParams;
-using Catch::Matchers::Contains;
+using moerl::text::SpecialTokens;
 
 namespace {
 
@@ -138,8 +138,8 @@ TEST_CASE("active experts: k' = 1 computes what a top_k = 1 model with the same 
   two->set_active_experts(0);
   CHECK(two->active_experts() == 2);
   const auto trained = full_forward(two, context);
-  const double moved = (torch::log_softmax(trained.logits, -1) - torch::log_softmax(reference.logits, -1))
-                           .abs().max().item<double>();
+  const double moved =
+      (torch::log_softmax(trained.logits, -1) - torch::log_softmax(reference.logits, -1)).abs().max().item<double>();
   INFO("max |log-prob(k=2) - log-prob(k'=1)| = " << moved);
   CHECK(moved > 1e-3);
 }
@@ -264,8 +264,7 @@ TEST_CASE("active experts: an hf: model takes rollout.moe_top_k from its run con
   CHECK(trained.expert_indices.sizes() == torch::IntArrayRef({6, layers, 2}));
   CHECK(all_experts.expert_indices.sizes() == torch::IntArrayRef({6, layers, 4}));
   // Every expert, each once, for every token and layer.
-  CHECK(std::get<0>(all_experts.expert_indices.sort(-1)).equal(
-      torch::arange(4, torch::kLong).expand({6, layers, 4})));
+  CHECK(std::get<0>(all_experts.expert_indices.sort(-1)).equal(torch::arange(4, torch::kLong).expand({6, layers, 4})));
   // The routings give other logits over the same prompt.
   auto logits_with = [&](std::int64_t k) {
     policy->set_active_experts(k);

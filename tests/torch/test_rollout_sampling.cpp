@@ -61,8 +61,8 @@ TEST_CASE("top-p keeps exactly the smallest prefix with mass >= p", "[rollout][s
     double p;
     std::vector<std::int64_t> ids;
   };
-  for (const Case& c : {Case{0.3, {1}}, Case{0.4, {1}}, Case{0.41, {1, 3}}, Case{0.7, {1, 3}},
-                        Case{0.71, {1, 3, 2}}, Case{0.9, {1, 3, 2}}, Case{0.95, {1, 3, 2, 0}}, Case{1.0, {1, 3, 2, 0}}}) {
+  for (const Case& c : {Case{0.3, {1}}, Case{0.4, {1}}, Case{0.41, {1, 3}}, Case{0.7, {1, 3}}, Case{0.71, {1, 3, 2}},
+                        Case{0.9, {1, 3, 2}}, Case{0.95, {1, 3, 2, 0}}, Case{1.0, {1, 3, 2, 0}}}) {
     SamplingParams params;
     params.top_p = c.p;
     const FilteredDistribution d = filter_distribution(logits, params);
@@ -125,8 +125,7 @@ TEST_CASE("empirical frequencies match the filtered distribution", "[rollout][sa
   for (std::int64_t id : d.ids) outside -= counts.count(id) ? counts[id] : 0;
   const double dof = static_cast<double>(d.ids.size()) - 1;
   // Mean dof, sd sqrt(2 dof): 6 sd is far beyond chance.
-  INFO("kept " << d.ids.size() << " tokens; chi2 = " << chi2 << " with " << dof << " dof; draws outside = "
-               << outside);
+  INFO("kept " << d.ids.size() << " tokens; chi2 = " << chi2 << " with " << dof << " dof; draws outside = " << outside);
   CHECK(outside == 0);
   CHECK(chi2 < dof + 6 * std::sqrt(2 * dof));
   // The uniforms themselves: mean 1/2, and different seeds are different streams.

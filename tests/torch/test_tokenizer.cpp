@@ -63,22 +63,20 @@ TEST_CASE("chat layout and assistant mask", "[model][tokenizer]") {
   const auto rendered = moerl::text::render_chat(chat, /*add_generation_prompt=*/true);
   const std::int64_t B = SpecialTokens::kBos, S = SpecialTokens::kSystem, U = SpecialTokens::kUser,
                      A = SpecialTokens::kAssistant, E = SpecialTokens::kEndOfTurn;
-  const std::vector<std::int64_t> expected_tokens{
-      B,                                   //
-      S, 's', 'y', 's', E,                 //
-      U, 'o', 'b', 's', '1', E,            //
-      A, 'g', 'o', E,                      //
-      U, 'o', '2', E,                      //
-      A, 'a', 0, E,                        //
-      A};                                  // generation prompt
-  const std::vector<std::uint8_t> expected_mask{
-      0,                 //
-      0, 0, 0, 0, 0,     //
-      0, 0, 0, 0, 0, 0,  //
-      0, 1, 1, 1,        // header no, content and closing eot yes
-      0, 0, 0, 0,        //
-      0, 1, 1, 1,        //
-      0};
+  const std::vector<std::int64_t> expected_tokens{B,                         //
+                                                  S, 's', 'y', 's', E,       //
+                                                  U, 'o', 'b', 's', '1', E,  //
+                                                  A, 'g', 'o', E,            //
+                                                  U, 'o', '2', E,            //
+                                                  A, 'a', 0,   E,            //
+                                                  A};                        // generation prompt
+  const std::vector<std::uint8_t> expected_mask{0,                           //
+                                                0, 0, 0, 0, 0,               //
+                                                0, 0, 0, 0, 0, 0,            //
+                                                0, 1, 1, 1,                  // header no, content and closing eot yes
+                                                0, 0, 0, 0,                  //
+                                                0, 1, 1, 1,                  //
+                                                0};
   REQUIRE(rendered.tokens.size() == rendered.assistant_mask.size());
   REQUIRE(rendered.tokens.size() == expected_tokens.size());
   for (std::size_t i = 0; i < expected_tokens.size(); ++i) {

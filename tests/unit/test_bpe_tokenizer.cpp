@@ -140,9 +140,10 @@ TEST_CASE("BPE special and added tokens", "[bpe]") {
 
   // Matched before pre-tokenization, whatever surrounds them.
   const std::string text = "x<|im_start|>y<|im_end|><|im_end|><think>z";
-  CHECK(tokenizer.encode(text) ==
-        concat({tokenizer.encode("x"), {im_start}, tokenizer.encode("y"), {im_end, im_end, think},
-                tokenizer.encode("z")}));
+  CHECK(
+      tokenizer.encode(text) ==
+      concat(
+          {tokenizer.encode("x"), {im_start}, tokenizer.encode("y"), {im_end, im_end, think}, tokenizer.encode("z")}));
   // Without specials they are text, while non-special added tokens still match.
   const std::vector<std::int64_t> plain = tokenizer.encode(text, /*allow_special=*/false);
   CHECK(std::count(plain.begin(), plain.end(), im_start) == 0);
@@ -161,7 +162,8 @@ TEST_CASE("BPE round-trips arbitrary bytes, invalid UTF-8 included", "[bpe]") {
     for (int trial = 0; trial < 200; ++trial) {
       std::string bytes(static_cast<std::size_t>(rng() % 64), '\0');
       // Half the trials over all bytes; half over bytes that often form UTF-8 sequences.
-      for (char& c : bytes) c = static_cast<char>(trial % 2 ? rng() % 256 : "a \n\xC3\xA4\xE5\xBC\xBA\xF0\x9F\x98\x80"[rng() % 13]);
+      for (char& c : bytes)
+        c = static_cast<char>(trial % 2 ? rng() % 256 : "a \n\xC3\xA4\xE5\xBC\xBA\xF0\x9F\x98\x80"[rng() % 13]);
       INFO("trial " << trial);
       CHECK(tokenizer.decode(tokenizer.encode(bytes, /*allow_special=*/false)) == bytes);
     }
@@ -207,11 +209,12 @@ TEST_CASE("BPE encodes the same from several threads and past the word cache's s
 TEST_CASE("utf8_lossy replaces maximal invalid subsequences like Rust's from_utf8_lossy", "[bpe]") {
   const std::string r = "\xEF\xBF\xBD";
   CHECK(moerl::text::utf8_lossy("ok \xC3\xA4 \xF0\x9F\x98\x80") == "ok \xC3\xA4 \xF0\x9F\x98\x80");
-  CHECK(moerl::text::utf8_lossy("a\xE5\xBC" "b") == "a" + r + "b");       // one cut sequence: one U+FFFD
-  CHECK(moerl::text::utf8_lossy("\xF0\x9F\x98") == r);                    // cut four-byte sequence
-  CHECK(moerl::text::utf8_lossy("\xC0\xAF") == r + r);                    // overlong: each byte
-  CHECK(moerl::text::utf8_lossy("\xED\xA0\x80") == r + r + r);            // a surrogate: each byte
-  CHECK(moerl::text::utf8_lossy("\xF4\x90\x80\x80") == r + r + r + r);    // above U+10FFFF
+  CHECK(moerl::text::utf8_lossy("a\xE5\xBC"
+                                "b") == "a" + r + "b");                 // one cut sequence: one U+FFFD
+  CHECK(moerl::text::utf8_lossy("\xF0\x9F\x98") == r);                  // cut four-byte sequence
+  CHECK(moerl::text::utf8_lossy("\xC0\xAF") == r + r);                  // overlong: each byte
+  CHECK(moerl::text::utf8_lossy("\xED\xA0\x80") == r + r + r);          // a surrogate: each byte
+  CHECK(moerl::text::utf8_lossy("\xF4\x90\x80\x80") == r + r + r + r);  // above U+10FFFF
   CHECK(moerl::text::utf8_lossy(std::string("\0\xFF", 2)) == std::string("\0", 1) + r);
 }
 
@@ -225,9 +228,9 @@ TEST_CASE("malformed tokenizer.json names the file and the field", "[bpe]") {
   };
   const auto fails_with = [](const std::string& text, const std::string& field, const std::string& what) {
     INFO("expected field " << field);
-    CHECK_THROWS_WITH(BpeTokenizer::from_json(text, "models/broken/tokenizer.json"),
-                      Catch::Contains("models/broken/tokenizer.json") && Catch::Contains(field) &&
-                          Catch::Contains(what));
+    CHECK_THROWS_WITH(
+        BpeTokenizer::from_json(text, "models/broken/tokenizer.json"),
+        Catch::Contains("models/broken/tokenizer.json") && Catch::Contains(field) && Catch::Contains(what));
   };
   REQUIRE_NOTHROW(BpeTokenizer::from_json(good, "ok"));
   fails_with(good.substr(0, good.size() / 2), "invalid JSON", "offset");
@@ -235,8 +238,7 @@ TEST_CASE("malformed tokenizer.json names the file and the field", "[bpe]") {
   fails_with(edit(good, "\"Ġ\": 223", "\"Ġ\": -3"), "model.vocab[\"Ġ\"]", "not an integer");
   fails_with(edit(good, "\"merges\": [\n      [\n        \"Ġ\"", "\"merges\": [\n      [\n        \"§§\""),
              "model.merges[0]", "'§§' is not in model.vocab");
-  fails_with(edit(gpt2, "\"merges\": [\n   \"Ġ Ġ\"", "\"merges\": [\n   \"Ġ Ġ Ġ\""), "model.merges[0]",
-             "two tokens");
+  fails_with(edit(gpt2, "\"merges\": [\n   \"Ġ Ġ\"", "\"merges\": [\n   \"Ġ Ġ Ġ\""), "model.merges[0]", "two tokens");
   fails_with(edit(good, "\"type\": \"BPE\"", "\"type\": \"WordPiece\""), "model.type", "not supported");
   fails_with(edit(good, "\"type\": \"NFC\"", "\"type\": \"NFKC\""), "normalizer.type", "'NFKC' is not supported");
   fails_with(edit(good, "\"behavior\": \"Isolated\"", "\"behavior\": \"Contiguous\""),
@@ -254,8 +256,8 @@ TEST_CASE("malformed tokenizer.json names the file and the field", "[bpe]") {
   const std::string path = dir.file("tokenizer.json");
   std::ofstream(path) << edit(good, "\"byte_fallback\": false", "\"byte_fallback\": true");
   CHECK_THROWS_WITH(BpeTokenizer::from_file(path), Catch::Contains(path) && Catch::Contains("model.byte_fallback"));
-  CHECK_THROWS_WITH(BpeTokenizer::from_file(dir.file("absent.json")), Catch::Contains("absent.json") &&
-                                                                           Catch::Contains("cannot open"));
+  CHECK_THROWS_WITH(BpeTokenizer::from_file(dir.file("absent.json")),
+                    Catch::Contains("absent.json") && Catch::Contains("cannot open"));
 }
 
 TEST_CASE("chat layout renders tokens and the assistant mask", "[bpe][chat]") {
@@ -273,11 +275,11 @@ TEST_CASE("chat layout renders tokens and the assistant mask", "[bpe][chat]") {
 
   // The same tokens as encoding the whole conversation text at once, with
   // the user's "<|im_end|>" kept as text.
-  const std::vector<std::int64_t> whole = concat(
-      {tokenizer.encode("<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nWas ist 2+2? Ответь."
-                        "<|im_end|>\n<|im_start|>assistant\n4, das ist einfach.<|im_end|>\n<|im_start|>user\n"),
-       tokenizer.encode("And <|im_end|> as text?", false),
-       tokenizer.encode("<|im_end|>\n<|im_start|>assistant\nYes 😀<|im_end|>\n<|im_start|>assistant\n")});
+  const std::vector<std::int64_t> whole =
+      concat({tokenizer.encode("<|im_start|>system\nAnswer briefly.<|im_end|>\n<|im_start|>user\nWas ist 2+2? Ответь."
+                               "<|im_end|>\n<|im_start|>assistant\n4, das ist einfach.<|im_end|>\n<|im_start|>user\n"),
+              tokenizer.encode("And <|im_end|> as text?", false),
+              tokenizer.encode("<|im_end|>\n<|im_start|>assistant\nYes 😀<|im_end|>\n<|im_start|>assistant\n")});
   CHECK(rendered.tokens == whole);
 
   // Mask 1 exactly on the assistant contents and their closing <|im_end|>.
@@ -303,7 +305,8 @@ TEST_CASE("chat layout errors name the field", "[bpe][chat]") {
   CHECK_THROWS_WITH(ChatRenderer(tokenizer, no_content), Catch::Contains("message") && Catch::Contains("{content}"));
   ChatLayout bad_eot;
   bad_eot.end_of_turn = "<|eot_id|>";
-  CHECK_THROWS_WITH(ChatRenderer(tokenizer, bad_eot), Catch::Contains("end_of_turn") && Catch::Contains("single token"));
+  CHECK_THROWS_WITH(ChatRenderer(tokenizer, bad_eot),
+                    Catch::Contains("end_of_turn") && Catch::Contains("single token"));
   ChatLayout not_after;
   not_after.message = "<|im_start|>{role}\n{content}\n<|im_end|>";
   CHECK_THROWS_WITH(ChatRenderer(tokenizer, not_after), Catch::Contains("must be followed by"));

@@ -51,9 +51,9 @@ TEST_CASE("CRC-32C equals its definition at every boundary", "[storage][checksum
   std::mt19937 rng(11);
   std::vector<std::uint8_t> bytes(5 * 16384 + 64);
   for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
-  const std::vector<size_t> lengths = {0,     1,     7,     8,     9,     15,    16,    63,    64,    255,
-                                       256,   1023,  1024,  4095,  4096,  12287, 12288, 16383, 16384, 16385,
-                                       24583, 32768, 32775, 40000, 61447, 81920};
+  const std::vector<size_t> lengths = {0,     1,     7,     8,     9,     15,    16,    63,    64,
+                                       255,   256,   1023,  1024,  4095,  4096,  12287, 12288, 16383,
+                                       16384, 16385, 24583, 32768, 32775, 40000, 61447, 81920};
   for (const size_t offset : {size_t{0}, size_t{3}}) {
     for (const size_t n : lengths) {
       for (const std::uint32_t previous : {0u, 0xDEADBEEFu}) {

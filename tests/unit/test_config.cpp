@@ -47,7 +47,8 @@ router = "topk_softmax"
 capacity_factor = 1.25
 [run]
 name = "exp"
-)", "x.toml");
+)",
+                                    "x.toml");
   CHECK(c.cluster.learners == 2);
   CHECK(c.cluster.message_timeout_s == 5.0);
   CHECK(c.moe.router == RouterMode::TopKThenSoftmax);
@@ -177,9 +178,9 @@ TEST_CASE("a config path that is a directory or missing is one issue naming the 
 }
 
 TEST_CASE("command-line overrides (--set) get the same validation", "[config]") {
-  const Config c = load_config_text("[moe]\ntop_k = 2\n", "x.toml",
-                                    {"moe.top_k=4", "run.name=exp7", "telemetry.log_level=debug",
-                                     "cluster.message_timeout_s=1.5"});
+  const Config c =
+      load_config_text("[moe]\ntop_k = 2\n", "x.toml",
+                       {"moe.top_k=4", "run.name=exp7", "telemetry.log_level=debug", "cluster.message_timeout_s=1.5"});
   CHECK(c.moe.top_k == 4);
   CHECK(c.run.name == "exp7");  // a bare word is a string
   CHECK(c.telemetry.log_level == LogLevel::Debug);
@@ -211,7 +212,8 @@ TEST_CASE("the rank counts must match the world size", "[config]") {
 
 TEST_CASE("config show output loads back to the same configuration", "[config]") {
   const Config original = load_config_text(
-      "[moe]\ncapacity_factor = 1.1\nrouter = \"topk_softmax\"\n[run]\nname = \"quote\\\"d\"\n[model]\nrope_theta = 500000.0\n",
+      "[moe]\ncapacity_factor = 1.1\nrouter = \"topk_softmax\"\n[run]\nname = \"quote\\\"d\"\n[model]\nrope_theta = "
+      "500000.0\n",
       "x.toml");
   const std::string shown = to_toml(original);
   const Config reloaded = load_config_text(shown, "shown.toml");
@@ -256,7 +258,8 @@ difficulty = 2
 [env.maze]
 difficulty = 4
 shaping = "shaped"
-)", "env.toml", {"env.sort.max_turns=30"});
+)",
+                                    "env.toml", {"env.sort.max_turns=30"});
   CHECK(c.env.families == std::vector<std::string>{"maze", "sort"});
   CHECK(c.env.difficulty == 2);
   CHECK(c.env_families.at("maze").difficulty == 4);
@@ -268,7 +271,8 @@ shaping = "shaped"
   CHECK_THAT(shown, Catch::Contains("[env.maze]\ndifficulty = 4"));
   CHECK(config_fingerprint(load_config_text(shown, "shown.toml")) == config_fingerprint(c));
 
-  const auto issues = issues_of("[env]\nfamilies = [\"maze\", \"sorting\"]\n[env.mze]\ndifficulty = 2\n[env.guess]\ndifficulty = 11\n");
+  const auto issues =
+      issues_of("[env]\nfamilies = [\"maze\", \"sorting\"]\n[env.mze]\ndifficulty = 2\n[env.guess]\ndifficulty = 11\n");
   REQUIRE(issues.size() == 3);
   CHECK(issues[0].text() == "test.toml:3: [env] mze: unknown key; did you mean 'maze'?");
   CHECK(issues[1].text() == "test.toml:6: [env.guess] difficulty: must be <= 10 (valid range 0 to 10), got 11");

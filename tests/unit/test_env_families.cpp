@@ -23,8 +23,7 @@ struct Turn {
   bool done = false;
   std::map<std::string, std::string> info;
   bool operator==(const Turn& o) const {
-    return action == o.action && observation == o.observation && reward == o.reward && done == o.done &&
-           info == o.info;
+    return action == o.action && observation == o.observation && reward == o.reward && done == o.done && info == o.info;
   }
 };
 
@@ -96,8 +95,8 @@ const std::vector<std::string> kGarbage = {
     "swap -1 0",
     "swap 0",
     "guess",
-    "\xc3\xb1\xe2\x86\x92\xf0\x9f\x98\x80",        // ñ→😀
-    "guess \xef\xbc\x95",                           // fullwidth digit five
+    "\xc3\xb1\xe2\x86\x92\xf0\x9f\x98\x80",  // ñ→😀
+    "guess \xef\xbc\x95",                    // fullwidth digit five
     "\xff\xfe\x00\x01",
     std::string("up\0down", 7),
     std::string(5000, 'a'),
@@ -136,8 +135,8 @@ TEST_CASE("open refuses bad specs and misuse throws", "[env]") {
   for (const auto& name : family_names()) {
     INFO(name);
     auto env = make_builtin_environment(name);
-    CHECK_THROWS_AS(env->step("x"), moerl::Error);            // before open
-    CHECK_THROWS_AS(env->snapshot(), moerl::Error);           // before open
+    CHECK_THROWS_AS(env->step("x"), moerl::Error);   // before open
+    CHECK_THROWS_AS(env->snapshot(), moerl::Error);  // before open
     CHECK_THROWS_AS(env->expert_action(0.0, 1), moerl::Error);
     CHECK_THROWS_AS(env->open(spec_of(name, 0, 1)), moerl::Error);
     CHECK_THROWS_AS(env->open(spec_of(name, max_difficulty(name) + 1, 1)), moerl::Error);

@@ -320,7 +320,8 @@ TEST_CASE("the external family runs the Python example through the host", "[env]
   CHECK_THAT(await(host, 3).observation, Catch::StartsWith("invalid action: "));
 }
 
-TEST_CASE("an external process that crashes, hangs or writes garbage is restarted and replayed", "[env][external][faults]") {
+TEST_CASE("an external process that crashes, hangs or writes garbage is restarted and replayed",
+          "[env][external][faults]") {
   for (const char* fault : {"--crash-at-turn", "--hang-at-turn", "--garbage-at-turn"}) {
     INFO(fault);
     const auto marker = std::filesystem::temp_directory_path() / ("moerl-reach-marker-" + std::string(fault + 2));
@@ -364,7 +365,8 @@ TEST_CASE("an external command that cannot start fails clearly after retries", "
   const EnvReply not_found = await(missing, 1002);
   CHECK_FALSE(not_found.ok);
   CHECK(not_found.failure == FailureReason::FailureCannotStart);
-  CHECK_THAT(not_found.error, Catch::Contains("(cannot_start)") && Catch::Contains("the shell could not run the command"));
+  CHECK_THAT(not_found.error,
+             Catch::Contains("(cannot_start)") && Catch::Contains("the shell could not run the command"));
 }
 
 TEST_CASE("an external process answering with wrong fields is refused clearly", "[env][external][faults]") {
@@ -426,23 +428,26 @@ TEST_CASE("every external misbehaviour fails its attempts with a reason, then th
     options.env.timeout_s = 1.0;
     options.env.max_retries = 1;
     options.external.startup_timeout_s = 1.0;
-    const double before = moerl::telemetry::metrics().snapshot().counters["env.failures.external." +
-                                                                           std::string(failure_reason_name(c.reason))];
+    const double before = moerl::telemetry::metrics()
+                              .snapshot()
+                              .counters["env.failures.external." + std::string(failure_reason_name(c.reason))];
     const EnvReply reply = flaky_reply(c.fault, options);
     CHECK_FALSE(reply.ok);
     CHECK(reply.done);
     CHECK(failure_reason_name(reply.failure) == std::string(failure_reason_name(c.reason)));
     CHECK(reply.attempts == 2);
-    CHECK_THAT(reply.error, Catch::Contains("failed after 2 attempts (" + std::string(failure_reason_name(c.reason)) +
-                                            ")") &&
-                                Catch::Contains(c.phrase));
-    const double after = moerl::telemetry::metrics().snapshot().counters["env.failures.external." +
-                                                                          std::string(failure_reason_name(c.reason))];
+    CHECK_THAT(reply.error,
+               Catch::Contains("failed after 2 attempts (" + std::string(failure_reason_name(c.reason)) + ")") &&
+                   Catch::Contains(c.phrase));
+    const double after = moerl::telemetry::metrics()
+                             .snapshot()
+                             .counters["env.failures.external." + std::string(failure_reason_name(c.reason))];
     CHECK(after - before == 1);
   }
 }
 
-TEST_CASE("rewards outside [env] reward_min..reward_max fail the attempt; finite ones inside pass", "[env][external][faults]") {
+TEST_CASE("rewards outside [env] reward_min..reward_max fail the attempt; finite ones inside pass",
+          "[env][external][faults]") {
   SessionHostOptions options = fast_options();
   options.env.max_retries = 0;
   CHECK(flaky_reply("big_reward", options).ok);  // 1e6 is finite: the default bounds allow it

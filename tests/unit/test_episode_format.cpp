@@ -70,9 +70,7 @@ const std::vector<ChatMessage> kConversation = {
     {Role::RoleAssistant, "4"},
 };
 
-std::vector<std::int64_t> bytes_of(const std::string& text) {
-  return moerl::text::ByteTokenizer().encode(text);
-}
+std::vector<std::int64_t> bytes_of(const std::string& text) { return moerl::text::ByteTokenizer().encode(text); }
 
 BpeTokenizer qwen_tokenizer() { return BpeTokenizer::from_file(kQwen + "/tokenizer.json"); }
 
@@ -104,9 +102,9 @@ TEST_CASE("byte layout: the actor's episode is render_chat of its messages", "[e
   CHECK(format.pad_id() == SpecialTokens::kPad);
   CHECK(format.vocab_size() == 264);
   // Today's first prompt, token for token.
-  CHECK(format.prompt_turn("hi", true, false) ==
-        std::vector<std::int64_t>{SpecialTokens::kBos, SpecialTokens::kUser, 'h', 'i', SpecialTokens::kEndOfTurn,
-                                  SpecialTokens::kAssistant});
+  CHECK(format.prompt_turn("hi", true, false) == std::vector<std::int64_t>{SpecialTokens::kBos, SpecialTokens::kUser,
+                                                                           'h', 'i', SpecialTokens::kEndOfTurn,
+                                                                           SpecialTokens::kAssistant});
 }
 
 TEST_CASE("chatml layout: the actor's episode is ChatRenderer::render of its messages", "[episode_format]") {
@@ -133,7 +131,8 @@ TEST_CASE("chatml layout: the actor's episode is ChatRenderer::render of its mes
   CHECK(format.end_of_turn_id() == im_end);
   CHECK(format.pad_id() == im_end);
   CHECK(format.vocab_size() == 973);
-  CHECK(format.prompt_turn("hi", true, false) == tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"));
+  CHECK(format.prompt_turn("hi", true, false) ==
+        tokenizer.encode("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"));
 }
 
 TEST_CASE("a turn cut off before its end-of-turn is closed as context", "[episode_format]") {
@@ -153,8 +152,8 @@ TEST_CASE("a turn cut off before its end-of-turn is closed as context", "[episod
     // Same tokens as the full rendering (up to the last trailer); the mask
     // differs only at the second action's end-of-turn, which the actor fed.
     REQUIRE(episode.tokens.size() <= c.rendered.tokens.size());
-    CHECK(episode.tokens == std::vector<std::int64_t>(c.rendered.tokens.begin(),
-                                                      c.rendered.tokens.begin() + episode.tokens.size()));
+    CHECK(episode.tokens ==
+          std::vector<std::int64_t>(c.rendered.tokens.begin(), c.rendered.tokens.begin() + episode.tokens.size()));
     std::vector<std::size_t> differ;
     for (std::size_t i = 0; i < episode.tokens.size(); ++i)
       if (episode.assistant_mask[i] != c.rendered.assistant_mask[i]) differ.push_back(i);
@@ -297,6 +296,7 @@ TEST_CASE("[chat] errors name the key and the files", "[episode_format][config]"
   issues = issues_of(hf_model(dir.path.string()));
   REQUIRE(issues.size() == 1);
   CHECK(issues[0].key == "model.source");
-  CHECK_THAT(issues[0].message, Catch::Contains(dir.file("tokenizer.json")) && Catch::Contains(dir.file("config.json")) &&
-                                    Catch::Contains("972") && Catch::Contains("900"));
+  CHECK_THAT(issues[0].message, Catch::Contains(dir.file("tokenizer.json")) &&
+                                    Catch::Contains(dir.file("config.json")) && Catch::Contains("972") &&
+                                    Catch::Contains("900"));
 }

@@ -46,10 +46,11 @@ TEST_CASE("a rank silent for the heartbeat timeout is declared lost once, named"
   CHECK(lost[0].role == Role::Actor);
   CHECK(lost[0].role_index == 1);
   CHECK(lost[0].silent_s == Approx(10.2));
-  CHECK(lost[0].describe() == "rank 2 (actor 1 on host node7, pid 1002) lost: no heartbeat for 10.2 s "
-                              "([cluster] heartbeat_timeout_s)");
+  CHECK(lost[0].describe() ==
+        "rank 2 (actor 1 on host node7, pid 1002) lost: no heartbeat for 10.2 s "
+        "([cluster] heartbeat_timeout_s)");
   CHECK(health.is_lost(2));
-  health.beat(beat_of(2), 11.5);  // a lost rank stays lost, even when it beats again
+  health.beat(beat_of(2), 11.5);          // a lost rank stays lost, even when it beats again
   CHECK(health.check(30.0).size() == 2);  // ranks 1 and 3 go silent too; 2 is not declared twice
 }
 

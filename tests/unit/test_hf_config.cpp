@@ -15,8 +15,8 @@
 #include "temp_dir.h"
 
 using namespace moerl::hf;
-using moerl_test::TempDir;
 using Catch::Matchers::Contains;
+using moerl_test::TempDir;
 
 namespace {
 
@@ -75,7 +75,8 @@ TEST_CASE("hf config: negative and zero sizes name the file and the key", "[hf][
   EditedConfig config;
   CHECK_THAT(config.error_with("vocab_size", "-5"),
              Contains(config.path + ": field 'vocab_size': must be >= 2, got -5"));
-  CHECK_THAT(config.error_with("hidden_size", "0"), Contains(config.path + ": field 'hidden_size': must be >= 1, got 0"));
+  CHECK_THAT(config.error_with("hidden_size", "0"),
+             Contains(config.path + ": field 'hidden_size': must be >= 1, got 0"));
   CHECK_THAT(config.error_with("num_hidden_layers", "-1"), Contains("field 'num_hidden_layers': must be >= 1, got -1"));
   CHECK_THAT(config.error_with("intermediate_size", "0"), Contains("field 'intermediate_size': must be >= 1, got 0"));
   CHECK_THAT(config.error_with("num_local_experts", "0"),
@@ -87,16 +88,19 @@ TEST_CASE("hf config: integers beyond 2^53 are refused before any conversion", "
   EditedConfig config;
   CHECK_THAT(config.error_with("vocab_size", "1e30"),
              Contains(config.path + ": field 'vocab_size': expected an integer of at most 2^53, got 1e+30"));
-  CHECK_THAT(config.error_with("vocab_size", "-1e30"), Contains("field 'vocab_size': expected an integer of at most 2^53"));
+  CHECK_THAT(config.error_with("vocab_size", "-1e30"),
+             Contains("field 'vocab_size': expected an integer of at most 2^53"));
   CHECK_THAT(config.error_with("max_position_embeddings", "1e999"),
              Contains("field 'max_position_embeddings': expected an integer of at most 2^53"));
-  CHECK_THAT(config.error_with("hidden_size", "1e16"), Contains("field 'hidden_size': expected an integer of at most 2^53"));
+  CHECK_THAT(config.error_with("hidden_size", "1e16"),
+             Contains("field 'hidden_size': expected an integer of at most 2^53"));
 }
 
 TEST_CASE("hf config: sizes whose parameter count overflows name every size", "[hf][hf_sizes]") {
   EditedConfig config;
   const std::string error = config.error_with("hidden_size", "1e12");
-  CHECK_THAT(error, Contains(config.path + ": the sizes (vocab_size 128, hidden_size 1000000000000, num_hidden_layers 3"));
+  CHECK_THAT(error,
+             Contains(config.path + ": the sizes (vocab_size 128, hidden_size 1000000000000, num_hidden_layers 3"));
   CHECK_THAT(error, Contains("give more parameters than a 64-bit count holds"));
   CHECK_THAT(config.error_with("intermediate_size", "4e15"), Contains("intermediate_size 4000000000000000"));
 }
@@ -106,8 +110,8 @@ TEST_CASE("hf config: a model larger than physical memory is refused with the es
   // 1e9 layers of 9408 parameters (32 wide, 4 experts of 16): 9.41e12 parameters, 34 TiB.
   const std::string error = config.error_with("num_hidden_layers", "1000000000");
   CHECK_THAT(error, Contains(config.path + ": the sizes (") && Contains("num_hidden_layers 1000000000"));
-  CHECK_THAT(error, Contains("give 9.41e+12 parameters, 34.2 TiB as float32") &&
-                        Contains("more than this machine's") && Contains("GiB of physical memory"));
+  CHECK_THAT(error, Contains("give 9.41e+12 parameters, 34.2 TiB as float32") && Contains("more than this machine's") &&
+                        Contains("GiB of physical memory"));
   // Through the run config: a configuration error on [model] source.
   const std::string toml = "[model]\nsource = \"hf:" + config.dir.path.string() + "\"\n";
   CHECK_THAT(error_of([&] { moerl::setup::load_config_text(toml, "run.toml"); }),
@@ -117,15 +121,15 @@ TEST_CASE("hf config: a model larger than physical memory is refused with the es
 TEST_CASE("hf config: moe.top_k is config.json's, rollout.moe_top_k overrides it for rollouts", "[hf][config]") {
   // qwen2_moe: 4 experts, num_experts_per_tok = 2.
   const std::string model = "[model]\nsource = \"hf:" + kFixtures + "qwen2_moe\"\n";
-  const auto loaded = moerl::setup::load_config_text(
-      model + "[rollout]\nmoe_top_k = 4\n[algo]\nrouting_replay = false\n", "run.toml");
+  const auto loaded =
+      moerl::setup::load_config_text(model + "[rollout]\nmoe_top_k = 4\n[algo]\nrouting_replay = false\n", "run.toml");
   CHECK(loaded.moe.num_experts == 4);
   CHECK(loaded.moe.top_k == 2);
   CHECK(loaded.rollout.moe_top_k == 4);
   // Bounded by the model's experts (4, not the default 8).
   CHECK_THAT(error_of([&] {
                moerl::setup::load_config_text(model + "[rollout]\nmoe_top_k = 5\n[algo]\nrouting_replay = false\n",
-                                               "run.toml");
+                                              "run.toml");
              }),
              Contains("run.toml:4: [rollout] moe_top_k: must be <= moe.num_experts (4), got 5"));
   // Routing replay of another k is refused for hf: models too.

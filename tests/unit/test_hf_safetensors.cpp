@@ -16,8 +16,8 @@
 #include "temp_dir.h"
 
 using namespace moerl::hf;
-using moerl_test::TempDir;
 using Catch::Matchers::Contains;
+using moerl_test::TempDir;
 
 namespace {
 
@@ -51,8 +51,8 @@ std::string error_of(const std::function<void()>& f) {
 
 struct Sample {
   std::vector<float> a{1.0f, -2.5f, 3.25f, 0.0f, 1e-3f, 7.0f};  // [2, 3] F32
-  std::vector<std::uint16_t> b{0x3c00, 0xc000, 0x3800};           // [3] F16: 1, -2, 0.5
-  std::vector<std::uint16_t> c{0x3fc0, 0xbf80};                   // [1, 2] BF16: 1.5, -1
+  std::vector<std::uint16_t> b{0x3c00, 0xc000, 0x3800};         // [3] F16: 1, -2, 0.5
+  std::vector<std::uint16_t> c{0x3fc0, 0xbf80};                 // [1, 2] BF16: 1.5, -1
   std::vector<TensorToWrite> tensors() const {
     return {{"model.a", DType::F32, {2, 3}, a.data(), a.size() * 4},
             {"model.b", DType::F16, {3}, b.data(), b.size() * 2},
@@ -287,9 +287,9 @@ TEST_CASE("safetensors: F16 and BF16 convert to their float32 values", "[hf]") {
   CHECK(out[0] == 1.0f);
   CHECK(out[1] == -2.0f);
   CHECK(out[2] == 0.5f);
-  CHECK(out[3] == std::ldexp(1.0f, -24));                 // smallest subnormal
-  CHECK(out[4] == std::ldexp(1023.0f, -24));              // largest subnormal
-  CHECK(out[5] == 65504.0f);                              // largest normal
+  CHECK(out[3] == std::ldexp(1.0f, -24));     // smallest subnormal
+  CHECK(out[4] == std::ldexp(1023.0f, -24));  // largest subnormal
+  CHECK(out[5] == 65504.0f);                  // largest normal
   CHECK(std::isinf(out[6]));
   CHECK((out[7] == 0.0f && std::signbit(out[7])));
   const std::uint16_t bf16[] = {0x3fc0, 0xbf80, 0x4049};

@@ -93,12 +93,13 @@ TEST_CASE("Python's NaN and Infinity are numbers only when asked for", "[json]")
 }
 
 TEST_CASE("invalid JSON is refused with the offset, line and column", "[json]") {
-  for (const char* bad : {"", "{", "{\"a\" 1}", "[1,]", "\"unterminated", "{\"a\":1} trailing", "nul",
-                          "\"\\x\"", "\"\\ud800\"", "01x", "-", "1.", "\"tab\there\"", "\"\xff\"", "[1] [2]"}) {
+  for (const char* bad : {"", "{", "{\"a\" 1}", "[1,]", "\"unterminated", "{\"a\":1} trailing", "nul", "\"\\x\"",
+                          "\"\\ud800\"", "01x", "-", "1.", "\"tab\there\"", "\"\xff\"", "[1] [2]"}) {
     INFO(bad);
     CHECK_THROWS_AS(JsonValue::parse(bad), JsonError);
   }
-  CHECK_THROWS_WITH(JsonValue::parse("[1, 2, oops]"), Catch::StartsWith("invalid JSON at offset 7 (line 1, column 8): "));
+  CHECK_THROWS_WITH(JsonValue::parse("[1, 2, oops]"),
+                    Catch::StartsWith("invalid JSON at offset 7 (line 1, column 8): "));
   CHECK_THROWS_WITH(JsonValue::parse("{\n  \"a\": 1,\n  \"b\": ?\n}"),
                     Catch::StartsWith("invalid JSON at offset 19 (line 3, column 8): "));
   CHECK_THROWS_WITH(JsonValue::parse("{\"a\": "), Catch::Contains("offset 6") && Catch::Contains("end of input"));
@@ -129,15 +130,27 @@ TEST_CASE("JsonWriter writes doubles with 9 significant digits, integral ones wi
 TEST_CASE("JsonWriter keeps key order, escapes strings and makes ill-formed UTF-8 valid", "[json]") {
   JsonWriter json;
   json.begin_object()
-      .key("z").value("tab\tquote\"back\\slash\x01\x7f")
-      .key("a").value("\xC3\xA9\xF0\x9F\x98\x80")
-      .key("bad").value("x\xFFy\xC3")
-      .key("key \"quoted\"").null()
-      .key("nested").begin_object().key("list").begin_array().end_array().key("t").value(true).end_object()
+      .key("z")
+      .value("tab\tquote\"back\\slash\x01\x7f")
+      .key("a")
+      .value("\xC3\xA9\xF0\x9F\x98\x80")
+      .key("bad")
+      .value("x\xFFy\xC3")
+      .key("key \"quoted\"")
+      .null()
+      .key("nested")
+      .begin_object()
+      .key("list")
+      .begin_array()
+      .end_array()
+      .key("t")
+      .value(true)
+      .end_object()
       .end_object();
-  CHECK(json.str() == "{\"z\":\"tab\\tquote\\\"back\\\\slash\\u0001\x7f\",\"a\":\"\xC3\xA9\xF0\x9F\x98\x80\","
-                      "\"bad\":\"x\xEF\xBF\xBDy\xEF\xBF\xBD\",\"key \\\"quoted\\\"\":null,"
-                      "\"nested\":{\"list\":[],\"t\":true}}");
+  CHECK(json.str() ==
+        "{\"z\":\"tab\\tquote\\\"back\\\\slash\\u0001\x7f\",\"a\":\"\xC3\xA9\xF0\x9F\x98\x80\","
+        "\"bad\":\"x\xEF\xBF\xBDy\xEF\xBF\xBD\",\"key \\\"quoted\\\"\":null,"
+        "\"nested\":{\"list\":[],\"t\":true}}");
   const JsonValue back = JsonValue::parse(json.str());
   CHECK(back.at("z").as_string() == "tab\tquote\"back\\slash\x01\x7f");
   CHECK(back.at("bad").as_string() == "x\xEF\xBF\xBDy\xEF\xBF\xBD");

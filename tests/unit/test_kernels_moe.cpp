@@ -23,8 +23,8 @@ struct Plan {
   std::vector<std::int64_t> routed, counts, offsets, dest_row, row_source, dropped;
 };
 
-Plan make_plan(const std::vector<std::int64_t>& idx, std::int64_t T, std::int64_t k,
-               std::int64_t E, std::int64_t capacity, std::int64_t block) {
+Plan make_plan(const std::vector<std::int64_t>& idx, std::int64_t T, std::int64_t k, std::int64_t E,
+               std::int64_t capacity, std::int64_t block) {
   Plan p;
   p.rows = mk::moe_permuted_rows(T, k, E, block);
   p.routed.resize(E);
@@ -33,13 +33,12 @@ Plan make_plan(const std::vector<std::int64_t>& idx, std::int64_t T, std::int64_
   p.dest_row.resize(T * k);
   p.row_source.resize(p.rows);
   p.dropped.resize(1);
-  mk::moe_plan_cpu(idx.data(), T, k, E, capacity, block, p.routed.data(), p.counts.data(),
-                   p.offsets.data(), p.dest_row.data(), p.row_source.data(), p.dropped.data());
+  mk::moe_plan_cpu(idx.data(), T, k, E, capacity, block, p.routed.data(), p.counts.data(), p.offsets.data(),
+                   p.dest_row.data(), p.row_source.data(), p.dropped.data());
   return p;
 }
 
-std::vector<std::int64_t> random_experts(std::int64_t T, std::int64_t k, std::int64_t E,
-                                         std::mt19937& rng) {
+std::vector<std::int64_t> random_experts(std::int64_t T, std::int64_t k, std::int64_t E, std::mt19937& rng) {
   // Distinct experts per token (as top-k gives), skewed towards low ids.
   std::vector<std::int64_t> idx(T * k);
   std::vector<std::int64_t> perm(E);
@@ -77,8 +76,7 @@ TEST_CASE("moe_plan_cpu: counts, offsets and permutation are consistent", "[kern
         if (k > E) continue;
         for (std::int64_t block : {1, 4}) {
           for (double cf : {0.0, 1.0}) {
-            const std::int64_t cap =
-                cf > 0 ? static_cast<std::int64_t>(std::ceil(cf * T * k / double(E))) : -1;
+            const std::int64_t cap = cf > 0 ? static_cast<std::int64_t>(std::ceil(cf * T * k / double(E))) : -1;
             auto idx = random_experts(T, k, E, rng);
             Plan p = make_plan(idx, T, k, E, cap, block);
             INFO("T=" << T << " E=" << E << " k=" << k << " block=" << block << " cap=" << cap);
@@ -128,8 +126,7 @@ TEST_CASE("moe dispatch/combine CPU twins: values and adjointness", "[kernels][m
       INFO("T=" << T << " H=" << H);
 
       std::vector<double> rows(p.rows * H);
-      mk::moe_dispatch_cpu<double>(x.data(), p.row_source.data(), w.data(), T, k, H, p.rows,
-                                   rows.data());
+      mk::moe_dispatch_cpu<double>(x.data(), p.row_source.data(), w.data(), T, k, H, p.rows, rows.data());
       for (std::int64_t r = 0; r < p.rows; ++r) {
         const std::int64_t a = p.row_source[r];
         for (std::int64_t h = 0; h < H; ++h) {
@@ -146,20 +143,17 @@ TEST_CASE("moe dispatch/combine CPU twins: values and adjointness", "[kernels][m
       // gate gradient: d/dw <combine_w(g), y> = <y[t], g[dest]>, checked against combine.
       auto y = random_vec(T * H, rng);
       std::vector<double> gw(T * k);
-      mk::moe_combine_gate_grad_cpu<double>(y.data(), g.data(), p.dest_row.data(), T, k, H,
-                                            gw.data());
+      mk::moe_combine_gate_grad_cpu<double>(y.data(), g.data(), p.dest_row.data(), T, k, H, gw.data());
       std::vector<double> unit(T * k, 0.0), single(T * H);
       for (std::int64_t a : {std::int64_t{0}, T * k - 1, (T * k) / 2}) {
         std::fill(unit.begin(), unit.end(), 0.0);
         unit[a] = 1.0;
-        mk::moe_combine_cpu<double>(g.data(), p.dest_row.data(), unit.data(), T, k, H,
-                                    single.data());
+        mk::moe_combine_cpu<double>(g.data(), p.dest_row.data(), unit.data(), T, k, H, single.data());
         REQUIRE(gw[a] == Approx(dot(single, y)).epsilon(1e-10).margin(1e-12));
       }
       // float twin agrees with double.
       std::vector<float> xf(x.begin(), x.end()), wf(w.begin(), w.end()), rf(p.rows * H);
-      mk::moe_dispatch_cpu<float>(xf.data(), p.row_source.data(), wf.data(), T, k, H, p.rows,
-                                  rf.data());
+      mk::moe_dispatch_cpu<float>(xf.data(), p.row_source.data(), wf.data(), T, k, H, p.rows, rf.data());
       for (std::size_t i = 0; i < rf.size(); ++i) REQUIRE(rf[i] == Approx(rows[i]).margin(1e-5));
     }
   }
@@ -177,8 +171,7 @@ TEST_CASE("moe grouped GEMM CPU twins: per-row products and adjoints", "[kernels
       auto A = random_vec(R * K, rng);
       auto B = random_vec(E * N * K, rng);
       std::vector<double> C(R * N);
-      mk::moe_grouped_gemm_nt_cpu<double>(A.data(), B.data(), p.offsets.data(), R, E, N, K,
-                                          C.data());
+      mk::moe_grouped_gemm_nt_cpu<double>(A.data(), B.data(), p.offsets.data(), R, E, N, K, C.data());
       for (std::int64_t r = 0; r < R; ++r) {
         std::int64_t e = -1;
         for (std::int64_t q = 0; q < E; ++q)
@@ -193,10 +186,8 @@ TEST_CASE("moe grouped GEMM CPU twins: per-row products and adjoints", "[kernels
       // <nt(A,B), G> == <A, nn(G,B)> == <B, tn(G,A)>
       auto G = random_vec(R * N, rng);
       std::vector<double> dA(R * K), dB(E * N * K);
-      mk::moe_grouped_gemm_nn_cpu<double>(G.data(), B.data(), p.offsets.data(), R, E, N, K,
-                                          dA.data());
-      mk::moe_grouped_gemm_tn_cpu<double>(G.data(), A.data(), p.offsets.data(), R, E, N, K,
-                                          dB.data());
+      mk::moe_grouped_gemm_nn_cpu<double>(G.data(), B.data(), p.offsets.data(), R, E, N, K, dA.data());
+      mk::moe_grouped_gemm_tn_cpu<double>(G.data(), A.data(), p.offsets.data(), R, E, N, K, dB.data());
       const double base = dot(C, G);
       REQUIRE(dot(A, dA) == Approx(base).epsilon(1e-10).margin(1e-10));
       REQUIRE(dot(B, dB) == Approx(base).epsilon(1e-10).margin(1e-10));
@@ -240,8 +231,7 @@ TEST_CASE("cpu_gemm: all transpose forms, wide leading dimensions, beta", "[kern
         auto B = random_vec((tb ? n : k) * ldb, rng);
         auto C = random_vec(m * ldc, rng);
         const auto C0 = C;
-        mk::cpu_gemm<double>(ta, tb, m, n, k, 0.5, A.data(), lda, B.data(), ldb, beta, C.data(),
-                             ldc);
+        mk::cpu_gemm<double>(ta, tb, m, n, k, 0.5, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
         for (std::int64_t i = 0; i < m; ++i) {
           for (std::int64_t j = 0; j < n; ++j) {
             double want = 0;
@@ -257,8 +247,7 @@ TEST_CASE("cpu_gemm: all transpose forms, wide leading dimensions, beta", "[kern
   }
 }
 
-TEST_CASE("moe SwiGLU rows CPU kernels: forward formula, backward by finite differences",
-          "[kernels][moe]") {
+TEST_CASE("moe SwiGLU rows CPU kernels: forward formula, backward by finite differences", "[kernels][moe]") {
   std::mt19937 rng(13);
   for (std::int64_t n : {0, 1, 19}) {
     const std::int64_t H = 6, D = 5;
@@ -267,8 +256,8 @@ TEST_CASE("moe SwiGLU rows CPU kernels: forward formula, backward by finite diff
     auto wd = random_vec(H * D, rng), dy = random_vec(n * H, rng);
     auto forward = [&](std::vector<double>& gu, std::vector<double>& h, std::vector<double>& y) {
       gu.assign(n * 2 * D, 0), h.assign(n * D, 0), y.assign(n * H, 0);
-      mk::moe_swiglu_forward_rows_cpu<double>(x.data(), wg.data(), wu.data(), wd.data(), n, H, D,
-                                              gu.data(), h.data(), y.data());
+      mk::moe_swiglu_forward_rows_cpu<double>(x.data(), wg.data(), wu.data(), wd.data(), n, H, D, gu.data(), h.data(),
+                                              y.data());
     };
     std::vector<double> gu, h, y;
     forward(gu, h, y);
@@ -287,9 +276,8 @@ TEST_CASE("moe SwiGLU rows CPU kernels: forward formula, backward by finite diff
       }
     }
     std::vector<double> scratch(n * 2 * D), dx(n * H), dwg(D * H, 7), dwu(D * H, 7), dwd(H * D, 7);
-    mk::moe_swiglu_backward_rows_cpu<double>(x.data(), gu.data(), h.data(), dy.data(), wg.data(),
-                                             wu.data(), wd.data(), n, H, D, scratch.data(),
-                                             dx.data(), dwg.data(), dwu.data(), dwd.data());
+    mk::moe_swiglu_backward_rows_cpu<double>(x.data(), gu.data(), h.data(), dy.data(), wg.data(), wu.data(), wd.data(),
+                                             n, H, D, scratch.data(), dx.data(), dwg.data(), dwu.data(), dwd.data());
     // L = <dy, y>: central differences of L in every input against the gradients.
     auto loss = [&] {
       std::vector<double> g2, h2, y2;

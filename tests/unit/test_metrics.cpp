@@ -104,9 +104,16 @@ TEST_CASE("the aggregator sums counters, averages gauges and merges histograms p
 TEST_CASE("JsonWriter escapes strings and writes non-finite numbers as null", "[metrics]") {
   moerl::JsonWriter json;
   json.begin_object()
-      .key("text").value("a\"b\\c\n\x01")
-      .key("nan").value(std::nan(""))
-      .key("list").begin_array().value(1).value(2.5).value(true).end_array()
+      .key("text")
+      .value("a\"b\\c\n\x01")
+      .key("nan")
+      .value(std::nan(""))
+      .key("list")
+      .begin_array()
+      .value(1)
+      .value(2.5)
+      .value(true)
+      .end_array()
       .end_object();
   CHECK(json.str() == R"({"text":"a\"b\\c\n\u0001","nan":null,"list":[1,2.5,true]})");
 }

@@ -78,9 +78,9 @@ TEST_CASE("prometheus page: one TYPE per family, every rank's series, cumulative
   for (double s : {0.001, 0.003, 0.2, 0.7}) actor.record("env.step_latency_s.sort", s);
   const std::map<int, MetricsSnapshot> snapshots = {{0, snapshot_of(0, "learner", learner)},
                                                     {1, snapshot_of(1, "actor", actor)}};
-  const std::string page =
-      render_exposition(snapshots, {{"moerl_rank_heartbeat_age_seconds", "Since the last heartbeat.",
-                                     {{"rank", "1"}, {"role", "actor"}}, 0.25}});
+  const std::string page = render_exposition(
+      snapshots,
+      {{"moerl_rank_heartbeat_age_seconds", "Since the last heartbeat.", {{"rank", "1"}, {"role", "actor"}}, 0.25}});
   INFO(page);
   CHECK(sample(page, "moerl_learner_step{rank=\"0\",role=\"learner\"}") == 12);
   CHECK(sample(page, "moerl_actor_weight_version{rank=\"1\",role=\"actor\"}") == 11);

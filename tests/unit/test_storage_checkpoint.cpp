@@ -196,7 +196,10 @@ TEST_CASE("a truncated file is refused naming the file", "[storage]") {
   const std::string path = dir.file("v000003.rank0.h5");
   write_sample(path);
   fs::resize_file(path, fs::file_size(path) / 2);
-  const std::string message = error_of([&] { CheckpointReader reader(path); reader.verify_all(); });
+  const std::string message = error_of([&] {
+    CheckpointReader reader(path);
+    reader.verify_all();
+  });
   CHECK_THAT(message, Catch::Contains(path) && Catch::Contains("truncated"));
   fs::resize_file(path, 0);
   CHECK_THROWS_WITH(CheckpointReader(path), Catch::Contains(path));
@@ -211,8 +214,7 @@ TEST_CASE("a deleted dataset is refused naming it", "[storage]") {
     moerl::storage::h5::File file = moerl::storage::h5::File::open(path, true);
     file.delete_link("rng/rank0");
   }
-  CHECK_THROWS_WITH(CheckpointReader(path),
-                    Catch::Contains(path) && Catch::Contains("dataset 'rng/rank0' is missing"));
+  CHECK_THROWS_WITH(CheckpointReader(path), Catch::Contains(path) && Catch::Contains("dataset 'rng/rank0' is missing"));
 }
 
 TEST_CASE("an altered attribute fails the header checksum", "[storage]") {

@@ -81,8 +81,8 @@ TEST_CASE("a saved version is complete, valid and latest", "[storage]") {
 }
 
 TEST_CASE("a crash at each save point leaves the previous version in use", "[storage]") {
-  for (FaultPoint point : {FaultPoint::AfterData, FaultPoint::BeforeRename, FaultPoint::BeforeIndex,
-                           FaultPoint::BeforeLatest}) {
+  for (FaultPoint point :
+       {FaultPoint::AfterData, FaultPoint::BeforeRename, FaultPoint::BeforeIndex, FaultPoint::BeforeLatest}) {
     for (FaultAction action : {FaultAction::Throw, FaultAction::Exit}) {
       DYNAMIC_SECTION(fault_point_name(point) << (action == FaultAction::Exit ? ":exit" : ":throw")) {
         TempDir dir;
@@ -171,7 +171,8 @@ TEST_CASE("a sharded version is incomplete without every shard", "[storage]") {
 
   save(store, 2, 3, /*complete=*/false);
   fs::remove(store.shard_path(2, 1));
-  CHECK_THROWS_WITH(store.complete_version(2, 3), Catch::Contains("v000002.rank1.h5") && Catch::Contains("does not exist"));
+  CHECK_THROWS_WITH(store.complete_version(2, 3),
+                    Catch::Contains("v000002.rank1.h5") && Catch::Contains("does not exist"));
   CHECK_FALSE(fs::exists(store.index_path(2)));
   CHECK(store.latest() == 1);
 

@@ -84,7 +84,8 @@ TEST_CASE("malformed frames are refused with the reason", "[wire]") {
     }
     return std::string("accepted");
   };
-  CHECK_THAT(refusal(corrupt(0, 0), MessageType::Ping, 2), Catch::Contains("bad magic") && Catch::Contains("from rank 2"));
+  CHECK_THAT(refusal(corrupt(0, 0), MessageType::Ping, 2),
+             Catch::Contains("bad magic") && Catch::Contains("from rank 2"));
   CHECK_THAT(refusal(corrupt(4, 9), MessageType::Ping, 2), Catch::Contains("wire version 9"));
   CHECK_THAT(refusal(corrupt(6, 200), MessageType::Ping, 2), Catch::Contains("unknown message type 200"));
   CHECK_THAT(refusal(good, MessageType::Pong, 2), Catch::Contains("header says Ping"));

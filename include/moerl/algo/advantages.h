@@ -40,7 +40,7 @@ torch::Tensor rloo_advantages(const torch::Tensor& rewards, const torch::Tensor&
 // agree (max - min <= tolerance) carry no group-relative signal and are
 // dropped.
 struct GroupFilter {
-  torch::Tensor kept;                  // [N] bool, rewards' device: episode kept
+  torch::Tensor kept;  // [N] bool, rewards' device: episode kept
   std::int64_t dropped_episodes = 0;
   std::int64_t dropped_groups = 0;
   std::int64_t kept_groups = 0;

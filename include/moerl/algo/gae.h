@@ -35,7 +35,7 @@ TurnLayout make_turn_layout(const torch::Tensor& sequence_index, const torch::Te
 torch::Tensor gather_turn_values(const torch::Tensor& token_values, const TurnLayout& layout);
 
 struct GaeOptions {
-  double gamma = 1.0;   // discount per turn
+  double gamma = 1.0;  // discount per turn
   double lambda = 0.95;
 };
 

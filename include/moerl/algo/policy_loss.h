@@ -96,26 +96,26 @@ struct PolicyLossInputs {
   torch::Tensor loss_mask;       // [T] 1 = generated token
   torch::Tensor sequence_index;  // [T] int64 in [0, num_sequences)
   std::int64_t num_sequences = 0;
-  torch::Tensor entropy;         // [T] optional (token_entropy_from_logits); kept differentiable
+  torch::Tensor entropy;  // [T] optional (token_entropy_from_logits); kept differentiable
 };
 
 // The loss and what a dashboard wants to see of it. Diagnostic means are over
 // the counted tokens (mask after sequence masking), token-weighted, except the
 // behaviour/proximal gap, which is over all generated tokens.
 struct LossResult {
-  torch::Tensor loss;              // scalar: policy + kl_coef * kl - entropy_coef * entropy
-  double policy_loss = 0;          // aggregated clipped surrogate (with importance weights)
-  double kl = 0;                   // aggregated KL estimate (0 when KlNone)
-  double entropy = 0;              // aggregated entropy (0 when not given)
-  double clip_fraction_low = 0;    // A < 0 and ratio < 1 - clip_low (gradient cut)
-  double clip_fraction_high = 0;   // A > 0 and ratio > 1 + clip_high (gradient cut)
-  double ratio_mean = 0;           // mean of r_t (token) or s_i per token (sequence)
-  double importance_weight_mean = 0;       // mean w_t after truncation (1 when on-policy)
+  torch::Tensor loss;                        // scalar: policy + kl_coef * kl - entropy_coef * entropy
+  double policy_loss = 0;                    // aggregated clipped surrogate (with importance weights)
+  double kl = 0;                             // aggregated KL estimate (0 when KlNone)
+  double entropy = 0;                        // aggregated entropy (0 when not given)
+  double clip_fraction_low = 0;              // A < 0 and ratio < 1 - clip_low (gradient cut)
+  double clip_fraction_high = 0;             // A > 0 and ratio > 1 + clip_high (gradient cut)
+  double ratio_mean = 0;                     // mean of r_t (token) or s_i per token (sequence)
+  double importance_weight_mean = 0;         // mean w_t after truncation (1 when on-policy)
   double importance_truncated_fraction = 0;  // fraction of tokens with raw weight > cap
-  double behaviour_proximal_gap = 0;       // mean |logp_proximal - logp_behaviour|
-  std::int64_t tokens_counted = 0;         // generated tokens left after sequence masking
-  std::int64_t sequences_counted = 0;      // sequences with a counted token
-  std::int64_t sequences_masked = 0;       // sequences dropped by the sequence mask
+  double behaviour_proximal_gap = 0;         // mean |logp_proximal - logp_behaviour|
+  std::int64_t tokens_counted = 0;           // generated tokens left after sequence masking
+  std::int64_t sequences_counted = 0;        // sequences with a counted token
+  std::int64_t sequences_masked = 0;         // sequences dropped by the sequence mask
 };
 
 // Validates shapes and options (throws moerl::Error naming what is wrong),
@@ -125,8 +125,7 @@ LossResult policy_loss(const PolicyLossInputs& inputs, const PolicyLossOptions& 
 
 // Per-token KL estimate (see KlEstimator); logp_reference is detached.
 // KlNone gives zeros. [T], [T] -> [T].
-torch::Tensor kl_estimate(const torch::Tensor& logp_new, const torch::Tensor& logp_reference,
-                          KlEstimator estimator);
+torch::Tensor kl_estimate(const torch::Tensor& logp_new, const torch::Tensor& logp_reference, KlEstimator estimator);
 
 // Entropy of the full next-token distribution at each position:
 // H_t = -sum_v softmax(z_t)_v log softmax(z_t)_v. logits [T,V] -> [T],

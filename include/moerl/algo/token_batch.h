@@ -29,13 +29,12 @@ namespace moerl::algo {
 // out[n] = sum of values[t] over tokens with segment[t] == n. values [T],
 // segment [T] int64 in [0, num_segments) -> [num_segments]. Differentiable in
 // values (index_add).
-torch::Tensor segment_sum(const torch::Tensor& values, const torch::Tensor& segment,
-                          std::int64_t num_segments);
+torch::Tensor segment_sum(const torch::Tensor& values, const torch::Tensor& segment, std::int64_t num_segments);
 
 // Masked mean per segment: sum(values*mask) / sum(mask); 0 where a segment has
 // no masked element. -> [num_segments], differentiable in values.
-torch::Tensor segment_mean(const torch::Tensor& values, const torch::Tensor& mask,
-                           const torch::Tensor& segment, std::int64_t num_segments);
+torch::Tensor segment_mean(const torch::Tensor& values, const torch::Tensor& mask, const torch::Tensor& segment,
+                           std::int64_t num_segments);
 
 // Generated-token count per episode: sum of loss_mask per sequence ->
 // [N] int64 (the response length used by the overlong penalty).

@@ -15,9 +15,9 @@ struct ValueLossOptions {
 };
 
 struct ValueLossResult {
-  torch::Tensor loss;          // scalar: masked mean of l; differentiable in values
-  double clip_fraction = 0;    // fraction where the clipped term is the larger one
-  double value_mean = 0;       // mean V over the mask
+  torch::Tensor loss;             // scalar: masked mean of l; differentiable in values
+  double clip_fraction = 0;       // fraction where the clipped term is the larger one
+  double value_mean = 0;          // mean V over the mask
   double explained_variance = 0;  // 1 - Var(R - V) / Var(R); 0 when Var(R) = 0
   std::int64_t count = 0;
 };
@@ -25,8 +25,7 @@ struct ValueLossResult {
 // values [K] (from the value head, e.g. gather_turn_values), old_values [K]
 // (the rollout-time estimates), returns [K] (GaeResult::returns), mask [K]
 // optional (undefined = all). old_values, returns and mask are detached.
-ValueLossResult value_loss(const torch::Tensor& values, const torch::Tensor& old_values,
-                           const torch::Tensor& returns, const ValueLossOptions& options = {},
-                           const torch::Tensor& mask = torch::Tensor());
+ValueLossResult value_loss(const torch::Tensor& values, const torch::Tensor& old_values, const torch::Tensor& returns,
+                           const ValueLossOptions& options = {}, const torch::Tensor& mask = torch::Tensor());
 
 }  // namespace moerl::algo

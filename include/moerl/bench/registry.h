@@ -12,8 +12,8 @@
 namespace moerl::bench {
 
 struct BenchOptions {
-  bool quick = false;          // smaller sizes, fewer repetitions (used by the test suite)
-  int threads = 0;             // 0 = leave the thread count as it is
+  bool quick = false;             // smaller sizes, fewer repetitions (used by the test suite)
+  int threads = 0;                // 0 = leave the thread count as it is
   std::vector<std::string> args;  // extra NAME-specific arguments after `--`
 };
 
@@ -35,6 +35,6 @@ const BenchEntry* find_benchmark(const std::string& name);
 #define MOERL_BENCH_CONCAT_(a, b) a##b
 #define MOERL_BENCH_CONCAT(a, b) MOERL_BENCH_CONCAT_(a, b)
 // MOERL_BENCHMARK("moe", "MoE layer forward+backward tokens/s", run_moe_bench);
-#define MOERL_BENCHMARK(name, description, function)                                \
-  static const bool MOERL_BENCH_CONCAT(moerl_bench_registered_, __LINE__) =          \
+#define MOERL_BENCHMARK(name, description, function)                        \
+  static const bool MOERL_BENCH_CONCAT(moerl_bench_registered_, __LINE__) = \
       ::moerl::bench::register_benchmark({name, description, function})

@@ -20,19 +20,19 @@ using ParamValue = std::variant<std::int64_t, double, std::string, bool>;
 struct BenchCase {
   std::string name;
   std::map<std::string, ParamValue> params;
-  std::map<std::string, double> metrics;    // the thing measured
-  std::map<std::string, double> baseline;   // the reference, measured in the same run
-  std::string ratio_metric;                 // key present in both maps; empty = no ratio
-  bool higher_is_better = true;             // false for latencies: ratio = baseline / metric
+  std::map<std::string, double> metrics;   // the thing measured
+  std::map<std::string, double> baseline;  // the reference, measured in the same run
+  std::string ratio_metric;                // key present in both maps; empty = no ratio
+  bool higher_is_better = true;            // false for latencies: ratio = baseline / metric
 
   std::optional<double> ratio() const;
 };
 
 struct BenchReport {
   std::string bench;
-  std::map<std::string, ParamValue> host;   // filled by describe_host()
+  std::map<std::string, ParamValue> host;  // filled by describe_host()
   std::vector<BenchCase> cases;
-  bool quiet = false;                       // multi-rank benchmarks: only rank 0 reports
+  bool quiet = false;  // multi-rank benchmarks: only rank 0 reports
 
   std::string to_json() const;
   // A fixed-width table: case, params, metrics, baseline, ratio.

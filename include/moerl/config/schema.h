@@ -22,7 +22,7 @@ struct Config;
 struct FieldSpec {
   std::string key;
   std::string doc;
-  std::string type_name;                 // "integer", "float", "boolean", "string", "a | b"
+  std::string type_name;  // "integer", "float", "boolean", "string", "a | b"
   std::optional<double> minimum, maximum;
   bool minimum_exclusive = false;
 
@@ -33,9 +33,20 @@ struct FieldSpec {
   // The member as a number, for range checks; empty for non-numeric fields.
   std::function<double(const void* section)> numeric;
 
-  FieldSpec& at_least(double value) { minimum = value; minimum_exclusive = false; return *this; }
-  FieldSpec& greater_than(double value) { minimum = value; minimum_exclusive = true; return *this; }
-  FieldSpec& at_most(double value) { maximum = value; return *this; }
+  FieldSpec& at_least(double value) {
+    minimum = value;
+    minimum_exclusive = false;
+    return *this;
+  }
+  FieldSpec& greater_than(double value) {
+    minimum = value;
+    minimum_exclusive = true;
+    return *this;
+  }
+  FieldSpec& at_most(double value) {
+    maximum = value;
+    return *this;
+  }
   FieldSpec& between(double low, double high) { return at_least(low).at_most(high); }
   // "" when the value is in range, else "must be >= 1" and the like.
   std::string range_violation(const void* section) const;
@@ -77,8 +88,7 @@ class SectionBuilder {
   FieldSpec& field(const char* key, std::vector<std::string> S::*m, const char* doc);
 
   template <typename E>
-  FieldSpec& choice(const char* key, E S::*m, std::vector<std::pair<std::string, E>> names,
-                    const char* doc);
+  FieldSpec& choice(const char* key, E S::*m, std::vector<std::pair<std::string, E>> names, const char* doc);
 
  private:
   FieldSpec& add(const char* key, const char* doc, const char* type_name) {
@@ -145,8 +155,7 @@ FieldSpec& SectionBuilder<S>::field(const char* key, std::vector<std::string> S:
 
 template <typename S>
 template <typename E>
-FieldSpec& SectionBuilder<S>::choice(const char* key, E S::*m,
-                                     std::vector<std::pair<std::string, E>> names,
+FieldSpec& SectionBuilder<S>::choice(const char* key, E S::*m, std::vector<std::pair<std::string, E>> names,
                                      const char* doc) {
   std::string type_name;
   for (const auto& [name, value] : names) type_name += (type_name.empty() ? "" : " | ") + name;

@@ -44,11 +44,11 @@ std::vector<std::string> forcible_cores(VectorLevel cpu);
 
 // What this process runs.
 struct BlasInfo {
-  std::string library;   // "OpenBLAS 0.3.21 ..." (openblas_get_config), or "unknown (not OpenBLAS)"
-  std::string core;      // openblas_get_corename(), empty when not OpenBLAS
-  int threads = 0;       // openblas_get_num_threads(), 0 when unknown
-  std::string choice;    // how the core was chosen, in words (see select_kernels)
-  std::string warning;   // non-empty when the kernels moerl chose failed the check
+  std::string library;  // "OpenBLAS 0.3.21 ..." (openblas_get_config), or "unknown (not OpenBLAS)"
+  std::string core;     // openblas_get_corename(), empty when not OpenBLAS
+  int threads = 0;      // openblas_get_num_threads(), 0 when unknown
+  std::string choice;   // how the core was chosen, in words (see select_kernels)
+  std::string warning;  // non-empty when the kernels moerl chose failed the check
 };
 
 // Call first thing in main(), before MPI or any thread starts: may replace

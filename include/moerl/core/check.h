@@ -31,31 +31,28 @@ inline constexpr const char* kNcclDebugHint = "set NCCL_DEBUG=INFO to see which 
     }                                                                          \
   } while (0)
 
-#define MOERL_MPI_CHECK(call)                                                  \
-  do {                                                                         \
-    int moerl_mpi_code_ = (call);                                              \
-    if (moerl_mpi_code_ != 0) {                                                \
-      ::moerl::throw_mpi_failure(__FILE__, __LINE__, #call, moerl_mpi_code_);  \
-    }                                                                          \
+#define MOERL_MPI_CHECK(call)                                                 \
+  do {                                                                        \
+    int moerl_mpi_code_ = (call);                                             \
+    if (moerl_mpi_code_ != 0) {                                               \
+      ::moerl::throw_mpi_failure(__FILE__, __LINE__, #call, moerl_mpi_code_); \
+    }                                                                         \
   } while (0)
 
-#define MOERL_CUDA_CHECK(call)                                                                      \
-  do {                                                                                              \
-    const cudaError_t moerl_cuda_status_ = (call);                                                  \
-    if (moerl_cuda_status_ != cudaSuccess) {                                                        \
-      ::moerl::throw_backend_failure(__FILE__, __LINE__, "CUDA", #call,                             \
-                                     cudaGetErrorString(moerl_cuda_status_));                       \
-    }                                                                                               \
+#define MOERL_CUDA_CHECK(call)                                                                                   \
+  do {                                                                                                           \
+    const cudaError_t moerl_cuda_status_ = (call);                                                               \
+    if (moerl_cuda_status_ != cudaSuccess) {                                                                     \
+      ::moerl::throw_backend_failure(__FILE__, __LINE__, "CUDA", #call, cudaGetErrorString(moerl_cuda_status_)); \
+    }                                                                                                            \
   } while (0)
 
-#define MOERL_NCCL_CHECK(call)                                                                      \
-  do {                                                                                              \
-    const ncclResult_t moerl_nccl_status_ = (call);                                                 \
-    if (moerl_nccl_status_ != ncclSuccess) {                                                        \
-      const bool moerl_nccl_peer_ = moerl_nccl_status_ == ncclSystemError ||                       \
-                                    moerl_nccl_status_ == ncclRemoteError;                          \
-      ::moerl::throw_backend_failure(__FILE__, __LINE__, "NCCL", #call,                             \
-                                     ncclGetErrorString(moerl_nccl_status_),                        \
-                                     moerl_nccl_peer_ ? ::moerl::kNcclDebugHint : "");              \
-    }                                                                                               \
+#define MOERL_NCCL_CHECK(call)                                                                                      \
+  do {                                                                                                              \
+    const ncclResult_t moerl_nccl_status_ = (call);                                                                 \
+    if (moerl_nccl_status_ != ncclSuccess) {                                                                        \
+      const bool moerl_nccl_peer_ = moerl_nccl_status_ == ncclSystemError || moerl_nccl_status_ == ncclRemoteError; \
+      ::moerl::throw_backend_failure(__FILE__, __LINE__, "NCCL", #call, ncclGetErrorString(moerl_nccl_status_),     \
+                                     moerl_nccl_peer_ ? ::moerl::kNcclDebugHint : "");                              \
+    }                                                                                                               \
   } while (0)

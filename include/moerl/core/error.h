@@ -19,8 +19,8 @@ class Error : public std::runtime_error {
 class BackendError : public Error {
  public:
   // "rank 3: NCCL call ncclAllReduce(...) failed: unhandled system error; HINT (at file:line)"
-  BackendError(const std::string& backend, const std::string& operation, const std::string& detail,
-               const char* file, int line, const std::string& hint = "");
+  BackendError(const std::string& backend, const std::string& operation, const std::string& detail, const char* file,
+               int line, const std::string& hint = "");
   const std::string& backend() const { return backend_; }
 
  private:
@@ -35,8 +35,7 @@ std::string located_message(const char* file, int line, const std::string& messa
 int world_rank_or_unknown();
 void set_reported_rank(int rank);
 
-[[noreturn]] void throw_check_failure(const char* file, int line, const char* condition,
-                                      const std::string& message);
+[[noreturn]] void throw_check_failure(const char* file, int line, const char* condition, const std::string& message);
 [[noreturn]] void throw_mpi_failure(const char* file, int line, const char* operation, int code);
 [[noreturn]] void throw_backend_failure(const char* file, int line, const char* backend, const std::string& operation,
                                         const std::string& detail, const std::string& hint = "");

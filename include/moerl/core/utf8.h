@@ -9,8 +9,8 @@
 namespace moerl {
 
 struct Utf8Repair {
-  std::string text;             // valid UTF-8
-  std::size_t replacements = 0; // ill-formed sequences replaced by U+FFFD
+  std::string text;              // valid UTF-8
+  std::size_t replacements = 0;  // ill-formed sequences replaced by U+FFFD
 };
 
 // Every ill-formed sequence becomes U+FFFD (ICU's substitution, the

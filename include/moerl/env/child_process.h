@@ -40,7 +40,7 @@ class ChildProcess {
   // Throws ProcessError when the child closed its stdout or exited.
   std::optional<std::string> read_line(double timeout_s);
 
-  void kill();           // SIGKILL to the whole group; safe to call from another thread
+  void kill();  // SIGKILL to the whole group; safe to call from another thread
   pid_t pid() const { return pid_; }
   const std::string& command() const { return command_; }
 

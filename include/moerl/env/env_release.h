@@ -33,7 +33,7 @@ class ReleaseOnSignal {
   runtime::StopCoordinator& stop_;
   double answer_timeout_s_;
   int coordinator_;
-  int signal_ = 0;        // the signal that asked for the release, once it came
+  int signal_ = 0;  // the signal that asked for the release, once it came
   double asked_at_ = 0;
   bool settled_ = false;  // answered (or given up on): nothing more to do
 };

@@ -22,11 +22,11 @@ enum class RewardShaping {
 };
 
 struct TaskSpec {
-  std::string family;        // "arithmetic", "maze", "guess", "sort", "lookup", "external"
-  int difficulty = 1;        // 1 (easiest) .. max_difficulty of the family
+  std::string family;  // "arithmetic", "maze", "guess", "sort", "lookup", "external"
+  int difficulty = 1;  // 1 (easiest) .. max_difficulty of the family
   std::uint64_t seed = 0;
   RewardShaping shaping = RewardShaping::Sparse;
-  int max_turns = 0;         // step budget; 0 = the family's default for the difficulty
+  int max_turns = 0;  // step budget; 0 = the family's default for the difficulty
 };
 
 struct StepResult {

@@ -42,12 +42,12 @@ struct EnvRequest {
   RequestKind kind = RequestKind::Step;
   std::uint64_t request_id = 0;
   std::uint64_t session = 0;
-  int client = -1;                      // the rank to answer (MPI layer); -1 locally
-  TaskSpec task;                        // Open
-  std::string action;                   // Step
-  bool to_archive = false;              // Snapshot: also write it to the archive directory
-  std::vector<std::uint8_t> snapshot;   // Restore: SessionSnapshot bytes ...
-  std::string archive_path;             // ... or a snapshot file to read
+  int client = -1;                        // the rank to answer (MPI layer); -1 locally
+  TaskSpec task;                          // Open
+  std::string action;                     // Step
+  bool to_archive = false;                // Snapshot: also write it to the archive directory
+  std::vector<std::uint8_t> snapshot;     // Restore: SessionSnapshot bytes ...
+  std::string archive_path;               // ... or a snapshot file to read
   std::vector<std::string> replay_after;  // Restore: actions taken since that snapshot, applied after it
 };
 
@@ -56,18 +56,18 @@ struct EnvReply {
   std::uint64_t request_id = 0;
   std::uint64_t session = 0;
   int client = -1;
-  bool ok = true;           // false: the request failed; `error` says why (for a step: after retries)
+  bool ok = true;  // false: the request failed; `error` says why (for a step: after retries)
   std::string error;
   FailureReason failure = FailureReason::FailureNone;  // why, when !ok
   std::string observation;
   double reward = 0;
-  bool done = false;        // the session is over (also true when a step failed for good)
+  bool done = false;  // the session is over (also true when a step failed for good)
   bool success = false;
-  int turn = 0;             // turns taken after this request
-  int attempts = 0;         // 1 = first try worked
+  int turn = 0;      // turns taken after this request
+  int attempts = 0;  // 1 = first try worked
   std::map<std::string, std::string> info;
-  std::vector<std::uint8_t> snapshot;   // Snapshot: SessionSnapshot bytes
-  std::string archive_path;             // Snapshot with to_archive; a Step's periodic snapshot ([env] snapshot_every_turns)
+  std::vector<std::uint8_t> snapshot;  // Snapshot: SessionSnapshot bytes
+  std::string archive_path;  // Snapshot with to_archive; a Step's periodic snapshot ([env] snapshot_every_turns)
 };
 
 struct SessionHostOptions {
@@ -120,7 +120,7 @@ class SessionHost {
   SessionHostOptions options_;
   size_t capacity_;
   std::map<std::uint64_t, std::unique_ptr<Session>> sessions_;
-  std::vector<EnvReply> immediate_;    // replies that needed no environment
+  std::vector<EnvReply> immediate_;  // replies that needed no environment
   // Signalled by attempts as they finish, so wait() can sleep.
   std::shared_ptr<std::pair<std::mutex, std::condition_variable>> finished_signal_;
   ThreadPool pool_;

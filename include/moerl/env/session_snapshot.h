@@ -15,8 +15,8 @@ namespace moerl::env {
 struct SessionSnapshot {
   std::uint64_t session = 0;
   TaskSpec task;
-  std::vector<std::string> actions;     // every action applied, in order
-  std::vector<std::uint8_t> native;     // Environment::snapshot()
+  std::vector<std::string> actions;  // every action applied, in order
+  std::vector<std::uint8_t> native;  // Environment::snapshot()
 
   std::vector<std::uint8_t> encode() const;
   static SessionSnapshot decode(const std::vector<std::uint8_t>& bytes);  // throws Error
@@ -25,6 +25,5 @@ struct SessionSnapshot {
   void write_file(const std::string& path) const;
   static SessionSnapshot read_file(const std::string& path);
 };
-
 
 }  // namespace moerl::env

@@ -13,7 +13,7 @@ namespace moerl::env {
 
 struct TaskFamily {
   std::string name;
-  std::string summary;       // one line: what the agent must do
+  std::string summary;  // one line: what the agent must do
   int max_difficulty = 1;
   std::function<std::unique_ptr<Environment>()> make;
 };

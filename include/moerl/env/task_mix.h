@@ -21,8 +21,7 @@ TaskSpec make_task(const config::Config& config, const std::string& family, std:
 // in `excluded` (paused ones) are not drawn; "" when every family is excluded.
 // `scales` multiplies the weights of the families it names (the curriculum's
 // adaptive weights).
-std::string pick_family(const config::Config& config, std::uint64_t draw,
-                        const std::set<std::string>& excluded = {},
+std::string pick_family(const config::Config& config, std::uint64_t draw, const std::set<std::string>& excluded = {},
                         const std::map<std::string, double>& scales = {});
 
 }  // namespace moerl::env

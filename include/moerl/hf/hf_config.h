@@ -45,7 +45,7 @@ class HfConfigError : public Error {
 
 enum class Architecture { Mixtral, Qwen2Moe, Qwen3Moe, Olmoe };
 
-const char* architecture_class(Architecture arch);  // "MixtralForCausalLM", ...
+const char* architecture_class(Architecture arch);       // "MixtralForCausalLM", ...
 const char* architecture_model_type(Architecture arch);  // "mixtral", "qwen2_moe", ...
 
 // "hf:DIR" -> DIR; "" for any other source (the built-in model).
@@ -55,7 +55,7 @@ struct HfModel {
   Architecture architecture = Architecture::Mixtral;
   config::ModelSection model;  // architecture keys from config.json, the rest at defaults
   config::MoeSection moe;
-  JsonValue json;              // config.json as read
+  JsonValue json;  // config.json as read
 };
 
 // Reads DIR/config.json. Throws HfConfigError naming the file and the field

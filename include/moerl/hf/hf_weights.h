@@ -22,8 +22,7 @@ namespace moerl::hf {
 
 // The tensor name(s) of a moerl parameter: one, or E for stacked experts
 // (slice e along dim 0 is the e-th name).
-std::vector<std::string> hf_tensor_names(const std::string& parameter, std::int64_t num_experts,
-                                         Architecture arch);
+std::vector<std::string> hf_tensor_names(const std::string& parameter, std::int64_t num_experts, Architecture arch);
 
 // Tensors a checkpoint may hold that carry no weights moerl needs (rotary
 // caches of old transformers versions).
@@ -40,8 +39,8 @@ std::vector<ParameterShape> policy_parameter_shapes(const config::ModelSection& 
 // Where one parameter (or one expert's slice of a stacked parameter) comes
 // from in a model directory.
 struct TensorSource {
-  std::size_t parameter = 0;   // index into the parameter list
-  std::int64_t slice = -1;     // expert e of a stacked parameter; -1 = the whole parameter
+  std::size_t parameter = 0;  // index into the parameter list
+  std::int64_t slice = -1;    // expert e of a stacked parameter; -1 = the whole parameter
   const SafetensorsFile* file = nullptr;
   const TensorInfo* tensor = nullptr;
 };
@@ -68,15 +67,15 @@ std::vector<OwnedParameter> read_hf_parameters(const std::string& dir, const con
 
 // One float32 parameter (row-major), borrowed.
 struct ParameterView {
-  std::string name;                  // moerl name, e.g. "layers.0.mlp.experts.gate_proj"
+  std::string name;  // moerl name, e.g. "layers.0.mlp.experts.gate_proj"
   std::vector<std::int64_t> shape;
   const float* data = nullptr;
 };
 
 struct ExportResult {
   Architecture architecture = Architecture::Mixtral;
-  std::vector<std::string> shards;   // file names in out_dir
-  std::vector<std::string> copied;   // tokenizer files copied from the hf: source
+  std::vector<std::string> shards;  // file names in out_dir
+  std::vector<std::string> copied;  // tokenizer files copied from the hf: source
   std::uint64_t tensor_bytes = 0;
   std::size_t tensors = 0;
 };
@@ -88,8 +87,7 @@ struct ExportResult {
 // writing anything) a policy no supported architecture represents exactly,
 // and a parameter list that is not the policy's.
 ExportResult export_hf_model(const std::vector<ParameterView>& parameters, const config::ModelSection& model,
-                             const config::MoeSection& moe, const std::string& out_dir,
-                             std::uint64_t max_shard_bytes);
+                             const config::MoeSection& moe, const std::string& out_dir, std::uint64_t max_shard_bytes);
 
 // The files copied from an hf: source next to the weights.
 const std::vector<std::string>& tokenizer_file_names();

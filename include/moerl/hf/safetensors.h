@@ -33,8 +33,8 @@ class SafetensorsError : public Error {
 // by name so that the error can say which one a file holds.
 enum class DType { F32, F16, BF16 };
 
-const char* dtype_name(DType dtype);   // "F32", "F16", "BF16"
-std::size_t dtype_size(DType dtype);   // bytes per element
+const char* dtype_name(DType dtype);  // "F32", "F16", "BF16"
+std::size_t dtype_size(DType dtype);  // bytes per element
 
 struct TensorInfo {
   std::string name;
@@ -118,8 +118,7 @@ class SafetensorsDirectory {
 // Writes tensors as model-0000i-of-0000n.safetensors shards of at most
 // `max_shard_bytes` of tensor data each (a larger tensor gets a shard of its
 // own) plus model.safetensors.index.json. Returns the shard file names.
-std::vector<std::string> write_sharded_safetensors(const std::string& dir,
-                                                   const std::vector<TensorToWrite>& tensors,
+std::vector<std::string> write_sharded_safetensors(const std::string& dir, const std::vector<TensorToWrite>& tensors,
                                                    std::uint64_t max_shard_bytes,
                                                    const std::map<std::string, std::string>& metadata = {});
 

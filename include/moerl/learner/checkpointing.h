@@ -32,10 +32,10 @@ namespace moerl::learner {
 
 // How stale the trained-on data was, over the whole run (restarts included).
 struct StalenessAccount {
-  static constexpr int kLagBuckets = 32;      // the last bucket counts every lag >= 31
+  static constexpr int kLagBuckets = 32;  // the last bucket counts every lag >= 31
   std::int64_t taken_groups = 0;
-  std::int64_t dropped_groups = 0;            // older than [sync] max_staleness: not trained on
-  std::vector<std::int64_t> tokens_by_lag;    // [lag] generated tokens trained on, `lag` versions behind
+  std::int64_t dropped_groups = 0;          // older than [sync] max_staleness: not trained on
+  std::vector<std::int64_t> tokens_by_lag;  // [lag] generated tokens trained on, `lag` versions behind
   void add_tokens(std::int64_t lag, std::int64_t count);
   void add(const StalenessAccount& other);
   bool operator==(const StalenessAccount& other) const;
@@ -44,13 +44,13 @@ struct StalenessAccount {
 struct LearnerState {
   std::int64_t step = 0;
   std::int64_t version = 0;
-  std::int64_t next_group = 0;   // task coordinator cursor: training resumes on new seeds
+  std::int64_t next_group = 0;  // task coordinator cursor: training resumes on new seeds
   std::int64_t next_seed = 0;
   double reward_mean = 0;
   StalenessAccount staleness;
   std::vector<std::vector<std::uint8_t>> rng_states;  // [learner rank] torch CPU generator state
-  std::string coordinator_books; // JSON: the first evaluation and the failure counts (TaskCoordinator::books_json)
-  std::string program_version;   // on load: the program that wrote the checkpoint
+  std::string coordinator_books;  // JSON: the first evaluation and the failure counts (TaskCoordinator::books_json)
+  std::string program_version;    // on load: the program that wrote the checkpoint
 };
 
 std::string checkpoint_directory(const config::Config& config);

@@ -112,11 +112,11 @@ class Coordinator {
   // A failover in progress: what it waits for before it counts as recovered.
   struct Recovery {
     int rank = -1;
-    size_t failure = 0;            // its entry in tasks_.rank_failures()
+    size_t failure = 0;  // its entry in tasks_.rank_failures()
     double declared_at = 0;
-    std::set<int> learners;        // GroupsCancelledReply still to come
-    std::set<int> actors;          // FailoverReport still to come
-    bool sync = false;             // the weight-sync group still to rebuild
+    std::set<int> learners;  // GroupsCancelledReply still to come
+    std::set<int> actors;    // FailoverReport still to come
+    bool sync = false;       // the weight-sync group still to rebuild
   };
 
   void loop();
@@ -164,10 +164,10 @@ class Coordinator {
     double decide_at = 0;
     std::string reason;
   };
-  std::map<int, PendingRelease> releases_pending_;  // env workers that asked to leave, by rank
-  std::map<int, std::string> released_;              // granted, not yet seen gone: rank -> reason
+  std::map<int, PendingRelease> releases_pending_;          // env workers that asked to leave, by rank
+  std::map<int, std::string> released_;                     // granted, not yet seen gone: rank -> reason
   std::map<std::uint64_t, rollout::TaskGroup> cancelling_;  // training groups of lost actors, asked to cancel
-  std::set<int> gone_by_release_;  // released env workers, seen gone (no heartbeat to watch)
+  std::set<int> gone_by_release_;                           // released env workers, seen gone (no heartbeat to watch)
   telemetry::MetricWarnings metric_warnings_;
   std::atomic<bool> sync_broken_{false};
   std::atomic<bool> stopping_{false};

@@ -64,7 +64,7 @@ class Curriculum {
     int difficulty = 1;
     int min_difficulty = 1;
     int max_difficulty = 1;
-    std::deque<bool> window;   // successes at the current level, newest last
+    std::deque<bool> window;    // successes at the current level, newest last
     double fast = 0, slow = 0;  // moving averages of success (learning progress)
     std::int64_t seen = 0;
   };

@@ -41,8 +41,8 @@ class EpisodeInbox {
   size_t held() const;  // arrived and not taken into a step
   // Waits at most timeout_s for an arrival (or a notify()); true if something arrived.
   bool wait(double timeout_s);
-  void notify();        // wakes wait() (a stop, a failure)
-  void clear();         // the end of the run: what is left is not trained on
+  void notify();  // wakes wait() (a stop, a failure)
+  void clear();   // the end of the run: what is left is not trained on
 
  private:
   struct Group {
@@ -57,10 +57,10 @@ class EpisodeInbox {
   std::condition_variable arrived_;
   std::uint64_t arrivals_ = 0;
   std::map<std::uint64_t, Group> groups_;
-  std::set<std::uint64_t> taken_;      // groups already trained on (or dropped) by a step
+  std::set<std::uint64_t> taken_;  // groups already trained on (or dropped) by a step
   std::set<std::uint64_t> cancelled_;
   std::int64_t received_ = 0;
-  std::int64_t unaccounted_ = 0;       // members lost in malformed messages
+  std::int64_t unaccounted_ = 0;  // members lost in malformed messages
 };
 
 }  // namespace moerl::learner

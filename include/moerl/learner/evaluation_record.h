@@ -21,12 +21,12 @@
 namespace moerl::learner {
 
 struct EvaluationRecord {
-  std::int64_t version = -1;        // -1: the base (before training)
-  std::int64_t lowest_version = -1;   // the policy versions that played it
+  std::int64_t version = -1;         // -1: the base (before training)
+  std::int64_t lowest_version = -1;  // the policy versions that played it
   std::int64_t highest_version = -1;
-  double temperature = 0;           // of `sampled`
-  ScoreTable sampled;               // at rollout.eval_temperature
-  ScoreTable greedy;                // temperature 0; empty when not played separately
+  double temperature = 0;  // of `sampled`
+  ScoreTable sampled;      // at rollout.eval_temperature
+  ScoreTable greedy;       // temperature 0; empty when not played separately
 
   std::string to_json() const;
   // `what` names the file in errors.

@@ -29,9 +29,9 @@ struct Interval {
 Interval wilson_interval(int successes, int trials);
 
 struct FamilyScore {
-  int episodes = 0;        // played to the end by the policy (environment failures not included)
+  int episodes = 0;  // played to the end by the policy (environment failures not included)
   int successes = 0;
-  int env_failures = 0;    // evaluation sessions whose environment failed for good
+  int env_failures = 0;  // evaluation sessions whose environment failed for good
   double reward = 0;
   double success_rate() const { return episodes ? static_cast<double>(successes) / episodes : 0.0; }
   double mean_reward() const { return episodes ? reward / episodes : 0.0; }
@@ -39,8 +39,8 @@ struct FamilyScore {
 };
 
 struct Gain {
-  double value = 0;        // after - before, success rates
-  Interval interval;       // 95%, Newcombe's hybrid score interval
+  double value = 0;   // after - before, success rates
+  Interval interval;  // 95%, Newcombe's hybrid score interval
 };
 Gain success_gain(const FamilyScore& before, const FamilyScore& after);
 

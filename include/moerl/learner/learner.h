@@ -71,7 +71,7 @@ struct StepStats {
   double clip_fraction = 0;
   double kl = 0;
   double entropy = 0;
-  double value_loss = 0;              // PPO only
+  double value_loss = 0;  // PPO only
   double value_mean = 0;
   double explained_variance = 0;
   // Share of the step's reward variance that the task explains: 1 - (variance
@@ -79,11 +79,11 @@ struct StepStats {
   // baseline quality of GRPO-family advantages, next to PPO's critic's
   // explained_variance.
   double group_explained_variance = 0;
-  double router_disagreement = -1;   // measured every [algo] routing_check_interval steps; -1 = not this step
+  double router_disagreement = -1;    // measured every [algo] routing_check_interval steps; -1 = not this step
   telemetry::ExpertLoad expert_load;  // over the step's micro-batches (the routing trained on)
   double update_s = 0;
   double sync_s = 0;
-  bool updated = false;               // false when every group was filtered out
+  bool updated = false;  // false when every group was filtered out
 };
 
 class Learner {
@@ -115,8 +115,8 @@ class Learner {
   EpisodeTargets episode_targets(const std::vector<const rollout::Trajectory*>& episodes, StepStats& st);
   // The targets of the episodes `all.kept` keeps, which are appended to
   // `kept`; the others are appended to `dropped`.
-  static EpisodeTargets kept_targets(const std::vector<const rollout::Trajectory*>& episodes,
-                                     const EpisodeTargets& all, std::vector<const rollout::Trajectory*>& kept,
+  static EpisodeTargets kept_targets(const std::vector<const rollout::Trajectory*>& episodes, const EpisodeTargets& all,
+                                     std::vector<const rollout::Trajectory*>& kept,
                                      std::vector<const rollout::Trajectory*>& dropped);
   std::vector<torch::Tensor> trainable_parameters() const;  // policy, then the value head (PPO)
   torch::nn::Module* value_head_module() { return value_head_ ? value_head_.get() : nullptr; }
@@ -130,7 +130,7 @@ class Learner {
   // This step's groups from the inbox: the trainable episodes (stale groups,
   // failure records and groups left empty are counted, not returned).
   std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken,
-                                                           std::int64_t& failed);
+                                                            std::int64_t& failed);
   // Waits for `ready()`, polling failures and the stop; false when the job stops first.
   bool wait_for_episodes(const std::function<bool()>& ready);
   // A failure the job cannot work around (from the coordinator or the receiver): stop cleanly.
@@ -171,20 +171,20 @@ class Learner {
   comm::Communicator& learner_comm_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<sync::WeightPublisher> publisher_;
-  comm::Communicator* sync_comm_ = nullptr;           // learner 0: the weight-sync group in use
+  comm::Communicator* sync_comm_ = nullptr;             // learner 0: the weight-sync group in use
   std::unique_ptr<comm::Communicator> sync_survivors_;  // it, after a failover (owned)
   std::int64_t published_version_ = -1;
-  EpisodeInbox inbox_;                                // this learner's groups, filled by a receiving thread
-  std::unique_ptr<Coordinator> coordinator_;          // learner 0: the job service (its own thread)
-  std::unique_ptr<EpisodeReceiver> receiver_;         // the other learners' receiving thread
-  std::unique_ptr<CheckpointSchedule> checkpoints_;   // learner 0
-  std::unique_ptr<EvaluationWatch> evaluations_;      // learner 0: [eval] records, regressions, auto_rollback
-  StalenessAccount staleness_;                        // the whole run's, every learner's groups
-  StalenessAccount staleness_step_;                   // this learner's since the last step
-  std::vector<std::vector<std::uint8_t>> rng_states_; // [learner] as of the last step boundary
+  EpisodeInbox inbox_;                                 // this learner's groups, filled by a receiving thread
+  std::unique_ptr<Coordinator> coordinator_;           // learner 0: the job service (its own thread)
+  std::unique_ptr<EpisodeReceiver> receiver_;          // the other learners' receiving thread
+  std::unique_ptr<CheckpointSchedule> checkpoints_;    // learner 0
+  std::unique_ptr<EvaluationWatch> evaluations_;       // learner 0: [eval] records, regressions, auto_rollback
+  StalenessAccount staleness_;                         // the whole run's, every learner's groups
+  StalenessAccount staleness_step_;                    // this learner's since the last step
+  std::vector<std::vector<std::uint8_t>> rng_states_;  // [learner] as of the last step boundary
   std::vector<rollout::Trajectory> batch_storage_;
-  std::int64_t failure_records_ = 0;                  // among the groups last taken
-  runtime::StopCoordinator* stop_ = nullptr;          // during run()
+  std::int64_t failure_records_ = 0;          // among the groups last taken
+  runtime::StopCoordinator* stop_ = nullptr;  // during run()
   std::string job_failure_;
   int job_failure_status_ = 0;
   std::function<void(const StepStats&)> step_observer_;

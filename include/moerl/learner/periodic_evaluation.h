@@ -41,9 +41,9 @@ class PeriodicEvaluation {
  private:
   std::int64_t every_;
   double temperature_;
-  std::set<std::uint64_t> groups_;          // of every round, finished or not
+  std::set<std::uint64_t> groups_;  // of every round, finished or not
   std::set<std::uint64_t> greedy_;
-  int outstanding_ = 0;                     // of the current round
+  int outstanding_ = 0;  // of the current round
   EvaluationRecord current_;
   std::deque<EvaluationRecord> finished_;
 };

@@ -34,7 +34,7 @@ struct PpoTargets {
 // hidden: the policy's final hidden state over the batch's packed targets
 // [T, d]; final_bonus: one per episode, added to its last turn's reward.
 PpoTargets ppo_targets(const EpisodeBatch& batch, const torch::Tensor& hidden, ValueHeadImpl& value_head,
-                       const std::vector<const rollout::Trajectory*>& episodes,
-                       const std::vector<float>& final_bonus, const PpoOptions& options);
+                       const std::vector<const rollout::Trajectory*>& episodes, const std::vector<float>& final_bonus,
+                       const PpoOptions& options);
 
 }  // namespace moerl::learner

@@ -19,7 +19,7 @@ struct PretrainReport {
   std::int64_t steps = 0;
   double first_loss = 0;
   double final_loss = 0;
-  double final_accuracy = 0;   // next-token accuracy on assistant tokens of the last steps
+  double final_accuracy = 0;  // next-token accuracy on assistant tokens of the last steps
   double wall_s = 0;
   std::string path;
 };

@@ -19,7 +19,7 @@ class ProgressWatch {
  public:
   explicit ProgressWatch(double limit_s);
 
-  void start(double now);                 // the clock starts (again): a new phase began
+  void start(double now);  // the clock starts (again): a new phase began
   void progressed(double now);
   void heard_from(int rank, double now);
   // The actors' generated-token total as last reported; growth is progress.
@@ -27,7 +27,7 @@ class ProgressWatch {
 
   double idle_s(double now) const { return now - last_progress_; }
   double limit_s() const { return limit_s_; }
-  bool warn_due(double now);              // true when a warning is due now (and marks it given)
+  bool warn_due(double now);  // true when a warning is due now (and marks it given)
   bool expired(double now) const { return idle_s(now) > limit_s_; }
 
   // "env_worker 0 (rank 3) silent 31.0 s, actor 1 (rank 2) never heard from": every

@@ -19,7 +19,6 @@ void record_step_metrics(std::int64_t step, std::int64_t version, std::int64_t t
 
 // "eval.<family>.<mode>.success" (with _ci_low/_ci_high) for one table;
 // `stable` records the reference the alerts compare against instead.
-void record_evaluation_metrics(const std::map<std::string, FamilyScore>& table, const std::string& mode,
-                               bool stable);
+void record_evaluation_metrics(const std::map<std::string, FamilyScore>& table, const std::string& mode, bool stable);
 
 }  // namespace moerl::learner

@@ -34,17 +34,17 @@ namespace moerl::learner {
 
 // One lost rank or restart of the job, for summary.json's `failures`.
 struct RankFailure {
-  int rank = -1;                   // -1: the whole job (a restart)
+  int rank = -1;  // -1: the whole job (a restart)
   std::string role;
   int role_index = -1;
   std::string host;
-  std::string kind;                // "lost: no heartbeat for 10.2 s ...", "restart: ..."
-  double detected_after_s = 0;     // silent this long when declared lost
-  double recovered_after_s = -1;   // failover took this long; -1: the job stopped for a restart
+  std::string kind;               // "lost: no heartbeat for 10.2 s ...", "restart: ..."
+  double detected_after_s = 0;    // silent this long when declared lost
+  double recovered_after_s = -1;  // failover took this long; -1: the job stopped for a restart
   int sessions_migrated = 0;
   int episodes_restarted = 0;
-  std::int64_t step = 0;           // learner steps completed when it happened
-  std::int64_t steps_lost = 0;     // a restart: steps done after the checkpoint it resumed from, run again
+  std::int64_t step = 0;        // learner steps completed when it happened
+  std::int64_t steps_lost = 0;  // a restart: steps done after the checkpoint it resumed from, run again
 };
 
 class TaskCoordinator {
@@ -129,7 +129,8 @@ class TaskCoordinator {
   void record_failure(const rollout::Trajectory& record);
   void send_to_actor(int actor, const rollout::TaskAssignment& assignment);
   void start_evaluation(std::int64_t min_version);
-  // Groups of every held-out seed (and their greedy twins), in group-id order; the greedy ones are also in greedy_groups_.
+  // Groups of every held-out seed (and their greedy twins), in group-id order; the greedy ones are also in
+  // greedy_groups_.
   std::vector<rollout::TaskGroup> evaluation_groups(std::int64_t min_version, std::int64_t per_family);
   // Evaluation plays each held-out seed once more at temperature 0 (the
   // sampled evaluation is not greedy itself and rollout.eval_greedy is set).
@@ -142,7 +143,7 @@ class TaskCoordinator {
   runtime::Mailbox& mailbox_;
   int learners_;
   std::vector<int> actors_;
-  std::deque<std::pair<int, int>> pending_;  // (actor rank, free slots)
+  std::deque<std::pair<int, int>> pending_;                                 // (actor rank, free slots)
   std::map<int, std::map<std::uint64_t, rollout::TaskGroup>> undelivered_;  // actor rank -> its groups in flight
   std::set<int> lost_actors_;
   std::set<std::uint64_t> recorded_evaluations_;  // evaluation groups whose result arrived
@@ -154,15 +155,15 @@ class TaskCoordinator {
   std::set<std::uint64_t> greedy_groups_;    // evaluation groups played greedily
   std::uint64_t next_group_ = 0;
   std::uint64_t next_seed_ = 0;
-  std::uint64_t cursor_group_ = 0;    // next_group_ and next_seed_ at the last step boundary
+  std::uint64_t cursor_group_ = 0;  // next_group_ and next_seed_ at the last step boundary
   std::uint64_t cursor_seed_ = 0;
-  std::int64_t in_flight_ = 0;        // training groups assigned and not yet consumed or dropped
+  std::int64_t in_flight_ = 0;                   // training groups assigned and not yet consumed or dropped
   std::vector<std::int64_t> assigned_episodes_;  // [learner]
   std::int64_t assigned_this_step_ = 0;
-  std::int64_t step_version_ = 0;     // synchronous mode: groups of this version are out
+  std::int64_t step_version_ = 0;  // synchronous mode: groups of this version are out
   bool finished_sent_ = false;
-  std::int64_t min_version_floor_ = 0;  // resumed runs: episodes need at least the resumed weights
-  FailureTally failures_;               // the whole run's (resumes included), training and evaluation
+  std::int64_t min_version_floor_ = 0;      // resumed runs: episodes need at least the resumed weights
+  FailureTally failures_;                   // the whole run's (resumes included), training and evaluation
   std::vector<RankFailure> rank_failures_;  // the whole run's
   FamilyBreaker breaker_;
   Curriculum curriculum_;

@@ -39,10 +39,9 @@ struct AttentionBatch {
   // positions per row (all 0 without a cache); slots: empty without a cache.
   // sliding_window > 0: query position p sees only keys at p - window < j <= p
   // (the Mistral/Mixtral convention).
-  static AttentionBatch make(const std::vector<std::int64_t>& lengths,
-                             const std::vector<std::int64_t>& past,
-                             const std::vector<std::int64_t>& slots, std::int64_t max_new,
-                             const torch::Device& device, std::int64_t sliding_window = 0);
+  static AttentionBatch make(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& past,
+                             const std::vector<std::int64_t>& slots, std::int64_t max_new, const torch::Device& device,
+                             std::int64_t sliding_window = 0);
 };
 
 // model.head_dim, or d_model / num_heads when that is 0.
@@ -57,8 +56,7 @@ class AttentionImpl : public torch::nn::Module {
 
   // x: [T, d_model] packed -> [T, d_model]. With a cache, this layer's new
   // keys/values are written to it first and all keys are read back from it.
-  torch::Tensor forward(const torch::Tensor& x, const AttentionBatch& batch, KVCache* cache,
-                        std::int64_t layer);
+  torch::Tensor forward(const torch::Tensor& x, const AttentionBatch& batch, KVCache* cache, std::int64_t layer);
 
   // x [T, d_model] -> [T, heads, head_dim] before rotary, QK-norm applied.
   torch::Tensor project_query(const torch::Tensor& x);

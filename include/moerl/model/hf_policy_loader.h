@@ -16,10 +16,10 @@
 namespace moerl::model {
 
 struct HfLoadStats {
-  std::uint64_t bytes = 0;   // tensor bytes read from the files
+  std::uint64_t bytes = 0;  // tensor bytes read from the files
   std::size_t tensors = 0;
   std::size_t files = 0;
-  double seconds = 0;        // open + check + copy, wall clock
+  double seconds = 0;  // open + check + copy, wall clock
 };
 
 // Fills `policy` (float32 or any floating dtype; F16/BF16 files are

@@ -72,11 +72,9 @@ class KVCache {
   // options: dtype and device of the cache; use the Policy's parameter
   // options. initial_slots sequences of initial_capacity positions are
   // preallocated (block_size 16, unbounded pool).
-  KVCache(const config::ModelSection& model, torch::TensorOptions options,
-          std::int64_t initial_slots = 4, std::int64_t initial_capacity = 64,
-          KVCacheDtype dtype = KVCacheDtype::Float);
-  KVCache(const config::ModelSection& model, torch::TensorOptions options,
-          const PagedCacheOptions& paged);
+  KVCache(const config::ModelSection& model, torch::TensorOptions options, std::int64_t initial_slots = 4,
+          std::int64_t initial_capacity = 64, KVCacheDtype dtype = KVCacheDtype::Float);
+  KVCache(const config::ModelSection& model, torch::TensorOptions options, const PagedCacheOptions& paged);
   // Move-only: a copy would share the tensors but not the bookkeeping, and
   // two caches writing into one block would corrupt each other silently.
   KVCache(KVCache&&) = default;
@@ -100,16 +98,16 @@ class KVCache {
   std::int64_t capacity() const { return table_width_ * block_size_; }
   std::int64_t num_slots() const { return num_slots_; }
   std::int64_t block_size() const { return block_size_; }
-  std::int64_t num_blocks() const { return num_blocks_; }    // allocated pool blocks
-  std::int64_t max_blocks() const { return max_blocks_; }    // 0 = unbounded
+  std::int64_t num_blocks() const { return num_blocks_; }  // allocated pool blocks
+  std::int64_t max_blocks() const { return max_blocks_; }  // 0 = unbounded
   std::int64_t blocks_in_use() const { return num_blocks_ - static_cast<std::int64_t>(free_blocks_.size()); }
   // Blocks a prepare() could still hand out (free ones plus pool growth);
   // a large number when the pool is unbounded.
   std::int64_t blocks_available() const;
   std::int64_t blocks_of(SequenceId id) const;
   KVCacheDtype dtype() const { return dtype_; }
-  std::int64_t bytes_per_block() const;         // keys + values (+ their int8 scales) of all layers
-  std::int64_t memory_bytes() const;            // allocated pool (keys + values + scales)
+  std::int64_t bytes_per_block() const;  // keys + values (+ their int8 scales) of all layers
+  std::int64_t memory_bytes() const;     // allocated pool (keys + values + scales)
   std::int64_t used_bytes() const { return blocks_in_use() * bytes_per_block(); }
 
   // ---- used by Policy::forward_cached ----
@@ -120,33 +118,29 @@ class KVCache {
   // addressable; throws when that exceeds max_seq_len. Allocates no blocks.
   void reserve(std::int64_t max_total_length);
   // New blocks a step appending new_lengths[i] positions to ids[i] needs.
-  std::int64_t blocks_needed(const std::vector<SequenceId>& ids,
-                             const std::vector<std::int64_t>& new_lengths) const;
+  std::int64_t blocks_needed(const std::vector<SequenceId>& ids, const std::vector<std::int64_t>& new_lengths) const;
   // Allocates the blocks for such a step (and reserves the table width).
   // Throws (max_seq_len exceeded, or KVCacheFullError) before changing anything.
   void prepare(const std::vector<SequenceId>& ids, const std::vector<std::int64_t>& new_lengths);
   // Stores k/v [T, kv_heads, head_dim] of layer at (slot[t], position[t]);
   // the positions' blocks must have been prepared.
-  void write(std::int64_t layer, const torch::Tensor& slots /*[T] int64*/,
-             const torch::Tensor& positions /*[T] int64*/, const torch::Tensor& keys,
-             const torch::Tensor& values);
+  void write(std::int64_t layer, const torch::Tensor& slots /*[T] int64*/, const torch::Tensor& positions /*[T] int64*/,
+             const torch::Tensor& keys, const torch::Tensor& values);
   // Keys or values of the given slots, positions [0, length):
   // [B, length, kv_heads, head_dim] (a copy). Entries past a sequence's own
   // length hold stale finite data and must be masked by the caller.
-  torch::Tensor gather_keys(std::int64_t layer, const torch::Tensor& slots /*[B]*/,
-                            std::int64_t length) const;
-  torch::Tensor gather_values(std::int64_t layer, const torch::Tensor& slots /*[B]*/,
-                              std::int64_t length) const;
+  torch::Tensor gather_keys(std::int64_t layer, const torch::Tensor& slots /*[B]*/, std::int64_t length) const;
+  torch::Tensor gather_values(std::int64_t layer, const torch::Tensor& slots /*[B]*/, std::int64_t length) const;
   // Adds new_lengths[i] to the length of ids[i]; called once the step's
   // forward pass succeeded, so a failed step leaves the lengths unchanged.
   void advance(const std::vector<SequenceId>& ids, const std::vector<std::int64_t>& new_lengths);
 
   // The stored pools: the policy's dtype, or int8 with key_scales()/value_scales().
-  const torch::Tensor& keys() const { return keys_; }      // [layers, blocks, block_size, kv_heads, head_dim]
-  const torch::Tensor& values() const { return values_; }  // same
-  const torch::Tensor& key_scales() const { return key_scales_; }      // Int8: [layers, blocks, block_size, kv_heads] fp32
+  const torch::Tensor& keys() const { return keys_; }              // [layers, blocks, block_size, kv_heads, head_dim]
+  const torch::Tensor& values() const { return values_; }          // same
+  const torch::Tensor& key_scales() const { return key_scales_; }  // Int8: [layers, blocks, block_size, kv_heads] fp32
   const torch::Tensor& value_scales() const { return value_scales_; }  // same
-  const torch::Tensor& block_table() const;                // [slots, width] int64 (unused entries 0)
+  const torch::Tensor& block_table() const;                            // [slots, width] int64 (unused entries 0)
 
  private:
   struct Entry {
@@ -161,9 +155,7 @@ class KVCache {
                        const torch::Tensor& slots, std::int64_t length) const;
   void store(torch::Tensor& pool, torch::Tensor& scales, std::int64_t layer, const torch::Tensor& block,
              const torch::Tensor& offset, const torch::Tensor& data);
-  std::int64_t blocks_for(std::int64_t positions) const {
-    return (positions + block_size_ - 1) / block_size_;
-  }
+  std::int64_t blocks_for(std::int64_t positions) const { return (positions + block_size_ - 1) / block_size_; }
 
   std::int64_t num_layers_;
   std::int64_t num_kv_heads_;
@@ -176,11 +168,11 @@ class KVCache {
   std::int64_t num_slots_ = 0;
   std::int64_t num_blocks_ = 0;
   std::int64_t table_width_ = 1;
-  torch::Tensor keys_;    // [layers, blocks, block_size, kv_heads, head_dim], RoPE applied
-  torch::Tensor values_;  // [layers, blocks, block_size, kv_heads, head_dim]
-  torch::Tensor key_scales_;    // Int8 only: [layers, blocks, block_size, kv_heads] fp32
-  torch::Tensor value_scales_;  // Int8 only: same
-  mutable torch::Tensor table_;     // [slots, width] int64 on the cache's device; rebuilt when dirty
+  torch::Tensor keys_;           // [layers, blocks, block_size, kv_heads, head_dim], RoPE applied
+  torch::Tensor values_;         // [layers, blocks, block_size, kv_heads, head_dim]
+  torch::Tensor key_scales_;     // Int8 only: [layers, blocks, block_size, kv_heads] fp32
+  torch::Tensor value_scales_;   // Int8 only: same
+  mutable torch::Tensor table_;  // [slots, width] int64 on the cache's device; rebuilt when dirty
   mutable bool table_dirty_ = true;
   std::unordered_map<SequenceId, Entry> entries_;
   std::vector<std::int64_t> free_slots_;

@@ -34,7 +34,6 @@ struct ParameterReport {
 // Counts the parameters the policy actually holds, classified by name.
 ParameterReport parameter_report(PolicyImpl& policy);
 // The same numbers computed from the config alone (no model built).
-ParameterReport expected_parameter_report(const config::ModelSection& model,
-                                          const config::MoeSection& moe);
+ParameterReport expected_parameter_report(const config::ModelSection& model, const config::MoeSection& moe);
 
 }  // namespace moerl::model

@@ -54,15 +54,15 @@
 namespace moerl::model {
 
 struct PolicyOutput {
-  torch::Tensor logits;          // [T, vocab] packed over the real tokens
-  torch::Tensor hidden;          // [T, d_model] final normed hidden state (for value heads)
-  torch::Tensor expert_indices;  // [T, moe_layers, active_experts()] int64; undefined without MoE layers
-  torch::Tensor aux_loss;        // scalar: sum over MoE layers (already weighted); 0 without
+  torch::Tensor logits;                        // [T, vocab] packed over the real tokens
+  torch::Tensor hidden;                        // [T, d_model] final normed hidden state (for value heads)
+  torch::Tensor expert_indices;                // [T, moe_layers, active_experts()] int64; undefined without MoE layers
+  torch::Tensor aux_loss;                      // scalar: sum over MoE layers (already weighted); 0 without
   std::vector<moe::RouterStats> router_stats;  // one per MoE layer, in layer order
-  torch::Tensor token_index;     // [T] int64: b * S + s of each packed token
-  torch::Tensor last_token;      // [B] int64: packed index of each row's last real token
-  std::int64_t batch = 0;        // B
-  std::int64_t max_new = 0;      // S
+  torch::Tensor token_index;                   // [T] int64: b * S + s of each packed token
+  torch::Tensor last_token;                    // [B] int64: packed index of each row's last real token
+  std::int64_t batch = 0;                      // B
+  std::int64_t max_new = 0;                    // S
 
   // Logits that predict each row's next token: [B, vocab].
   torch::Tensor next_token_logits() const { return logits.index_select(0, last_token); }
@@ -79,15 +79,14 @@ enum class CheckpointFamily { CheckpointMixtral, CheckpointQwenMoe };
 bool is_moe_layer(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t layer);
 
 struct DecoderLayerOutput {
-  torch::Tensor hidden;    // [T, d_model]
-  bool has_moe = false;    // moe is filled only for MoE layers
+  torch::Tensor hidden;  // [T, d_model]
+  bool has_moe = false;  // moe is filled only for MoE layers
   moe::MoeOutput moe;
 };
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe,
-                   std::int64_t layer_index);
+  DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t layer_index);
 
   // x: [T, d_model]; forced_experts: undefined or [T, top_k] (MoE layers only).
   DecoderLayerOutput forward(const torch::Tensor& x, const AttentionBatch& batch, KVCache* cache,
@@ -96,7 +95,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   bool is_moe() const { return !moe_mlp.is_empty(); }
 
   std::int64_t layer_index;
-  RMSNorm input_layernorm{nullptr};           // weight [d_model]
+  RMSNorm input_layernorm{nullptr};  // weight [d_model]
   Attention self_attn{nullptr};
   RMSNorm post_attention_layernorm{nullptr};  // weight [d_model]
   SwiGluFeedForward dense_mlp{nullptr};       // registered as "mlp" in dense layers
@@ -122,8 +121,8 @@ class PolicyImpl : public torch::nn::Module {
   // may be any subset of the cache's sequences, in any order. Positions
   // continue from each sequence's cached length. Gradients do not flow
   // through cached keys/values.
-  PolicyOutput forward_cached(const torch::Tensor& tokens, const torch::Tensor& lengths,
-                              KVCache& cache, const std::vector<SequenceId>& sequences,
+  PolicyOutput forward_cached(const torch::Tensor& tokens, const torch::Tensor& lengths, KVCache& cache,
+                              const std::vector<SequenceId>& sequences,
                               const torch::Tensor& forced_experts = torch::Tensor());
 
   // A cache with this policy's dtype and device.
@@ -163,14 +162,14 @@ class PolicyImpl : public torch::nn::Module {
   config::ModelSection model_;
   config::MoeSection moe_;
   std::vector<std::int64_t> moe_layers_;  // indices of the MoE layers
-  std::int64_t active_experts_ = 0;        // see active_experts()
+  std::int64_t active_experts_ = 0;       // see active_experts()
 };
 TORCH_MODULE(Policy);
 
 // The checkpoint tensor(s) a moerl parameter corresponds to. Stacked expert
 // tensors [E, ...] map to E names (slice e along dim 0 is the e-th name);
 // every other parameter maps to exactly one name.
-std::vector<std::string> hf_checkpoint_names(const std::string& parameter_name,
-                                             std::int64_t num_experts, CheckpointFamily family);
+std::vector<std::string> hf_checkpoint_names(const std::string& parameter_name, std::int64_t num_experts,
+                                             CheckpointFamily family);
 
 }  // namespace moerl::model

@@ -21,6 +21,6 @@ torch::Tensor pooled_empty(at::IntArrayRef sizes, const torch::TensorOptions& op
 // Bytes held idle by the pool; buffers released beyond the limit are freed.
 std::int64_t pooled_bytes_idle();
 void set_pool_limit_bytes(std::int64_t bytes);  // default 1 GiB; 0 disables caching
-void release_pooled_buffers();                   // frees every idle buffer
+void release_pooled_buffers();                  // frees every idle buffer
 
 }  // namespace moerl::moe

@@ -30,11 +30,11 @@
 
 namespace moerl::moe {
 
-struct RouterStats {                               // per layer, per forward
-  std::vector<std::int64_t> tokens_per_expert;     // [E] assignments routed to each expert
-  double imbalance = 0;                            // max/mean load
-  double load_entropy = 0;                         // entropy of the load distribution (nats)
-  std::int64_t dropped_tokens = 0;                 // assignments dropped by capacity
+struct RouterStats {                            // per layer, per forward
+  std::vector<std::int64_t> tokens_per_expert;  // [E] assignments routed to each expert
+  double imbalance = 0;                         // max/mean load
+  double load_entropy = 0;                      // entropy of the load distribution (nats)
+  std::int64_t dropped_tokens = 0;              // assignments dropped by capacity
 };
 
 struct MoeOutput {
@@ -90,9 +90,9 @@ class MoeFeedForwardImpl : public torch::nn::Module {
   void set_collect_stats(bool on) { collect_stats_ = on; }
   bool collect_stats() const { return collect_stats_; }
 
-  torch::nn::Linear gate{nullptr};       // router, weight [E, d_model]
+  torch::nn::Linear gate{nullptr};  // router, weight [E, d_model]
   MoeExperts experts{nullptr};
-  SwiGlu shared_expert{nullptr};         // null when moe.shared_experts == 0
+  SwiGlu shared_expert{nullptr};                  // null when moe.shared_experts == 0
   torch::nn::Linear shared_expert_gate{nullptr};  // weight [1, d_model]; null without the gate
 
  private:

@@ -24,12 +24,12 @@ struct RoutePlan {
   std::int64_t tokens = 0;
   std::int64_t top_k = 0;
   std::int64_t experts = 0;
-  std::int64_t rows = 0;     // T*k + E*(block_size-1): size of the permuted buffers
+  std::int64_t rows = 0;  // T*k + E*(block_size-1): size of the permuted buffers
 };
 
 // expert_indices [T,k] int64 in [0,E). capacity < 0: dropless.
-RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t experts,
-                          std::int64_t capacity, std::int64_t block_size);
+RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t experts, std::int64_t capacity,
+                          std::int64_t block_size);
 
 struct RouteResult {
   torch::Tensor expert_indices;  // [T,k] int64 (forced ones when given)
@@ -51,12 +51,10 @@ torch::Tensor dispatch(const torch::Tensor& x, const RoutePlan& plan);
 // Grouped SwiGLU over the plan's segments:
 //   y[r] = W_down[e] (silu(W_gate[e] x[r]) * (W_up[e] x[r]))
 // x [rows,H], w_gate/w_up [E,D,H], w_down [E,H,D] -> [rows,H].
-torch::Tensor grouped_swiglu(const torch::Tensor& x, const torch::Tensor& w_gate,
-                             const torch::Tensor& w_up, const torch::Tensor& w_down,
-                             const RoutePlan& plan);
+torch::Tensor grouped_swiglu(const torch::Tensor& x, const torch::Tensor& w_gate, const torch::Tensor& w_up,
+                             const torch::Tensor& w_down, const RoutePlan& plan);
 
 // expert_out [rows,H], gates [T,k] -> [T,H]: sum over kept choices of gate * row.
-torch::Tensor combine(const torch::Tensor& expert_out, const torch::Tensor& gates,
-                      const RoutePlan& plan);
+torch::Tensor combine(const torch::Tensor& expert_out, const torch::Tensor& gates, const RoutePlan& plan);
 
 }  // namespace moerl::moe

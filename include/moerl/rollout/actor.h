@@ -75,26 +75,26 @@ class Actor {
   struct Episode {
     TaskGroup group;
     std::uint64_t id = 0;
-    int sample = 0;                  // index within its group
+    int sample = 0;  // index within its group
     Trajectory trajectory;
     bool waiting_env = true;
     bool needs_end_of_turn = false;  // the last turn hit max tokens before its end-of-turn token
     int turns = 0;                   // environment steps answered
     std::chrono::steady_clock::time_point started;
-    double reply_due_s = 0;          // monotonic time by which the env worker must answer (waiting_env)
-    std::uint64_t awaited_request = 0;      // the env request whose reply counts (older ones are stale)
+    double reply_due_s = 0;             // monotonic time by which the env worker must answer (waiting_env)
+    std::uint64_t awaited_request = 0;  // the env request whose reply counts (older ones are stale)
     env::RequestKind awaited_kind = env::RequestKind::Open;
-    std::vector<std::string> env_actions;   // actions the env worker acknowledged, in order
-    std::string pending_action;             // the step in flight (awaited_kind == Step)
-    bool restoring = false;                 // a Restore on a new env worker is in flight
-    int env_worker = -1;                    // the rank hosting its session
-    std::string snapshot_path;              // its latest archived snapshot ([env] snapshot_every_turns) ...
-    size_t snapshot_turn = 0;               // ... taken after this many actions
+    std::vector<std::string> env_actions;  // actions the env worker acknowledged, in order
+    std::string pending_action;            // the step in flight (awaited_kind == Step)
+    bool restoring = false;                // a Restore on a new env worker is in flight
+    int env_worker = -1;                   // the rank hosting its session
+    std::string snapshot_path;             // its latest archived snapshot ([env] snapshot_every_turns) ...
+    size_t snapshot_turn = 0;              // ... taken after this many actions
     // The context window being fed (rollout.context_policy, actor_context.cpp).
-    size_t window_start = 0;                // token index where it starts in the trajectory
-    std::vector<size_t> turn_starts;        // token indices of its prompts after the first: where turns begin
+    size_t window_start = 0;                   // token index where it starts in the trajectory
+    std::vector<size_t> turn_starts;           // token indices of its prompts after the first: where turns begin
     std::vector<std::uint8_t> window_routing;  // routing of the finished windows, in order
-    bool window_routing_lost = false;       // a finished window's routing did not cover it
+    bool window_routing_lost = false;          // a finished window's routing did not cover it
   };
 
   void request_work();
@@ -142,12 +142,12 @@ class Actor {
   bool finished_ = false;
   std::map<std::string, int> failure_streaks_;  // family -> consecutive failed sessions
   runtime::RankLoad* load_ = nullptr;
-  bool standby_ = false;                          // a standby actor not (yet) promoted
-  std::uint64_t lost_epoch_ = 0;                  // lost-rank notices acted on
-  int corrupt_versions_in_a_row_ = 0;              // weights versions refused by their checksums
+  bool standby_ = false;                             // a standby actor not (yet) promoted
+  std::uint64_t lost_epoch_ = 0;                     // lost-rank notices acted on
+  int corrupt_versions_in_a_row_ = 0;                // weights versions refused by their checksums
   std::map<std::uint64_t, int> group_members_done_;  // group id -> members sent
   std::map<std::uint64_t, int> group_sizes_;         // group id -> members it has
-  std::vector<std::uint64_t> delivered_groups_;   // reported with the next work request
+  std::vector<std::uint64_t> delivered_groups_;      // reported with the next work request
   double next_overdue_check_s_ = 0;
   std::int64_t moe_layers_ = 0;
   std::int64_t top_k_ = 0;

@@ -95,12 +95,12 @@
 namespace moerl::rollout {
 
 enum class StopReason {
-  StopNone,            // still generating
-  StopEndOfTurn,       // the policy emitted the end-of-turn token
-  StopString,          // a stop string appeared in the turn's decoded bytes
-  StopMaxTurnTokens,   // StopParams::max_turn_tokens generated this turn
-  StopEpisodeBudget,   // StopParams::max_episode_tokens generated this episode
-  StopContextBudget,   // the context budget was reached (see ContextPolicy)
+  StopNone,           // still generating
+  StopEndOfTurn,      // the policy emitted the end-of-turn token
+  StopString,         // a stop string appeared in the turn's decoded bytes
+  StopMaxTurnTokens,  // StopParams::max_turn_tokens generated this turn
+  StopEpisodeBudget,  // StopParams::max_episode_tokens generated this episode
+  StopContextBudget,  // the context budget was reached (see ContextPolicy)
 };
 const char* stop_reason_name(StopReason reason);
 
@@ -114,14 +114,14 @@ struct StopParams {
 enum class ContextPolicy { ContextEndEpisode, ContextTruncate };
 
 struct EngineOptions {
-  std::int64_t block_size = 16;          // KV positions per block
-  std::int64_t initial_kv_blocks = 64;   // pool blocks allocated up front
-  std::int64_t max_kv_blocks = 0;        // cap on pool blocks; 0 = unbounded
-  std::int64_t context_budget = 0;       // 0 = model.max_seq_len (clamped to it and to the pool)
+  std::int64_t block_size = 16;         // KV positions per block
+  std::int64_t initial_kv_blocks = 64;  // pool blocks allocated up front
+  std::int64_t max_kv_blocks = 0;       // cap on pool blocks; 0 = unbounded
+  std::int64_t context_budget = 0;      // 0 = model.max_seq_len (clamped to it and to the pool)
   ContextPolicy context_policy = ContextPolicy::ContextEndEpisode;
-  double truncate_keep_fraction = 0.5;   // ContextTruncate: kept context <= this * budget
-  std::int64_t max_step_tokens = 2048;   // prefill tokens per step (decode rows come on top)
-  bool recompute_kv_on_swap = false;     // drop all KV on swap_weights
+  double truncate_keep_fraction = 0.5;  // ContextTruncate: kept context <= this * budget
+  std::int64_t max_step_tokens = 2048;  // prefill tokens per step (decode rows come on top)
+  bool recompute_kv_on_swap = false;    // drop all KV on swap_weights
   // Deterministic mode ([run] deterministic): every row runs as a forward of
   // its own and max_step_tokens applies per session, so a session's logits
   // (and tokens) do not depend on which sessions share the step. Bitwise
@@ -135,7 +135,7 @@ struct EngineOptions {
   std::int64_t moe_top_k = 0;
   // KV storage (rollout.kv_cache_dtype): Float, or Int8 (model/kv_cache.h).
   model::KVCacheDtype kv_cache_dtype = model::KVCacheDtype::Float;
-  text::EpisodeFormat format;           // token layout (see above); default: the byte tokenizer
+  text::EpisodeFormat format;  // token layout (see above); default: the byte tokenizer
 };
 
 // One finished turn of a session.
@@ -187,7 +187,7 @@ class GenerationEngine {
   bool has_work() const;
   const std::vector<std::int64_t>& context(std::uint64_t id) const;  // current (kept) context
   std::int64_t fed_length(std::uint64_t id) const;                   // positions in the KV cache
-  torch::Tensor context_routing(std::uint64_t id) const;  // [fed, moe_layers, routing_top_k()] int64
+  torch::Tensor context_routing(std::uint64_t id) const;             // [fed, moe_layers, routing_top_k()] int64
   // Experts per token of the recorded routing: the policy's active experts; 0 without MoE layers.
   std::int64_t routing_top_k() const { return top_k_; }
 
@@ -221,8 +221,8 @@ class GenerationEngine {
     std::int64_t episode_tokens = 0;
     std::int64_t last_active_step = 0;
     bool generating = false;
-    bool ready = false;                 // a finished turn waits for take_turn
-    bool over = false;                  // the episode cannot continue
+    bool ready = false;  // a finished turn waits for take_turn
+    bool over = false;   // the episode cannot continue
     bool truncated_since_turn = false;
     StopReason over_reason = StopReason::StopNone;
     SamplingParams sampling;
@@ -249,8 +249,7 @@ class GenerationEngine {
   std::vector<Row> schedule();
   Session* pick_victim(const Session& needy, const std::vector<Row>& rows);
   void run_rows(const std::vector<Row>& rows, std::vector<std::uint64_t>& finished);
-  void sample_for(Session& s, const double* logits, const std::int64_t* routing,
-                  std::vector<std::uint64_t>& finished);
+  void sample_for(Session& s, const double* logits, const std::int64_t* routing, std::vector<std::uint64_t>& finished);
 
   model::Policy policy_;
   EngineOptions options_;
@@ -267,7 +266,7 @@ class GenerationEngine {
   telemetry::ExpertLoad expert_load_;
   static constexpr std::int64_t kExpertLoadEverySteps = 64;
   std::int64_t admit_counter_ = 0;
-  std::map<std::uint64_t, Session> sessions_;   // ordered: deterministic iteration
+  std::map<std::uint64_t, Session> sessions_;  // ordered: deterministic iteration
   std::vector<std::uint64_t> finished_early_;  // turns finished outside step() (start_turn)
 };
 

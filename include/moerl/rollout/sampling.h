@@ -42,8 +42,7 @@ struct FilteredDistribution {
 };
 
 // Validates params (throws moerl::Error naming the field) and filters.
-FilteredDistribution filter_distribution(const double* logits, std::int64_t vocab,
-                                         const SamplingParams& params);
+FilteredDistribution filter_distribution(const double* logits, std::int64_t vocab, const SamplingParams& params);
 FilteredDistribution filter_distribution(const std::vector<double>& logits, const SamplingParams& params);
 
 // splitmix64 finaliser over a 64-bit state.
@@ -62,7 +61,7 @@ struct SampledToken {
 };
 
 // One draw: filter, then inverse CDF with counter_uniform(seed, index).
-SampledToken sample_token(const double* logits, std::int64_t vocab, const SamplingParams& params,
-                          std::uint64_t seed, std::uint64_t index);
+SampledToken sample_token(const double* logits, std::int64_t vocab, const SamplingParams& params, std::uint64_t seed,
+                          std::uint64_t index);
 
 }  // namespace moerl::rollout

@@ -19,8 +19,8 @@ struct TaskGroup {
   std::uint64_t group_id = 0;
   env::TaskSpec task;
   std::int32_t size = 1;
-  bool evaluation = false;  // not trained on; reported in the before/after table
-  bool greedy = false;      // an evaluation played at temperature 0 (rollout.eval_greedy)
+  bool evaluation = false;       // not trained on; reported in the before/after table
+  bool greedy = false;           // an evaluation played at temperature 0 (rollout.eval_greedy)
   std::int64_t min_version = 0;  // the actor starts it only with weights at least this new
 };
 
@@ -57,32 +57,32 @@ struct Trajectory {
   std::int32_t actor = -1;
   env::TaskSpec task;
   bool evaluation = false;
-  std::vector<std::int32_t> tokens;          // [n]
-  std::vector<std::uint8_t> generated;       // [n]
-  std::vector<float> behaviour_logprobs;     // [n]; 0 where not generated
-  std::vector<std::int32_t> versions;        // [n]; policy version that produced the token, -1 if not generated
-  std::vector<std::int32_t> window_starts;   // token index of each context window after the first; increasing
-  std::vector<std::uint8_t> routing;         // [(n - windows) * moe_layers * top_k] experts of every fed position
+  std::vector<std::int32_t> tokens;         // [n]
+  std::vector<std::uint8_t> generated;      // [n]
+  std::vector<float> behaviour_logprobs;    // [n]; 0 where not generated
+  std::vector<std::int32_t> versions;       // [n]; policy version that produced the token, -1 if not generated
+  std::vector<std::int32_t> window_starts;  // token index of each context window after the first; increasing
+  std::vector<std::uint8_t> routing;        // [(n - windows) * moe_layers * top_k] experts of every fed position
   std::int32_t moe_layers = 0;
   std::int32_t top_k = 0;
-  std::vector<float> turn_rewards;           // reward of each environment step
-  double reward = 0;                         // sum of turn rewards
+  std::vector<float> turn_rewards;  // reward of each environment step
+  double reward = 0;                // sum of turn rewards
   bool success = false;
-  bool truncated = false;                    // the context budget ended it
-  std::int32_t dropped_turns = 0;            // turns dropped from the context to fit the budget (it went on)
-  double wall_s = 0;                         // open to close
+  bool truncated = false;          // the context budget ended it
+  std::int32_t dropped_turns = 0;  // turns dropped from the context to fit the budget (it went on)
+  double wall_s = 0;               // open to close
   // A session that failed for good (its environment used up its retries, or
   // the env worker never answered) travels as a failure record: the arrays
   // are empty, learners count it and leave it (and its share of the group
   // statistics) out of training.
   env::FailureReason failure = env::FailureReason::FailureNone;
-  std::string error;                         // the last error, naming the session and environment
-  std::int32_t failure_turn = 0;             // environment turns completed before the failure
-  std::int32_t failure_attempts = 0;         // attempts of the request that failed
-  std::int32_t failure_streak = 0;           // the actor's consecutive failed sessions of this family, this one included
+  std::string error;                  // the last error, naming the session and environment
+  std::int32_t failure_turn = 0;      // environment turns completed before the failure
+  std::int32_t failure_attempts = 0;  // attempts of the request that failed
+  std::int32_t failure_streak = 0;    // the actor's consecutive failed sessions of this family, this one included
   bool failed() const { return failure != env::FailureReason::FailureNone; }
   std::int32_t turns() const { return static_cast<std::int32_t>(turn_rewards.size()); }
-  std::int32_t min_version() const;          // oldest version among generated tokens (-1 if none)
+  std::int32_t min_version() const;  // oldest version among generated tokens (-1 if none)
   std::int32_t windows() const { return static_cast<std::int32_t>(window_starts.size()) + 1; }
   // [begin, end) of context window w (0 <= w < windows()).
   std::pair<size_t, size_t> window(std::int32_t w) const;

@@ -25,17 +25,16 @@ struct RankReport {
 };
 
 struct DryRunResult {
-  std::vector<RankReport> ranks;            // coordinator only: every rank, in rank order
-  telemetry::Histogram ping_round_trip_s;   // coordinator only: merged over all ranks
-  std::int64_t messages_sent = 0;           // coordinator only: over all ranks
+  std::vector<RankReport> ranks;           // coordinator only: every rank, in rank order
+  telemetry::Histogram ping_round_trip_s;  // coordinator only: merged over all ranks
+  std::int64_t messages_sent = 0;          // coordinator only: over all ranks
   double wall_s = 0;
-  std::string metrics_path;                 // coordinator only
+  std::string metrics_path;  // coordinator only
 };
 
 DryRunResult run_dry_run(const config::Config& config, const World& world, Mailbox& mailbox);
 
 // The plan learner 0 prints.
-std::string format_plan(const config::Config& config, const RankLayout& layout,
-                        const DryRunResult& result);
+std::string format_plan(const config::Config& config, const RankLayout& layout, const DryRunResult& result);
 
 }  // namespace moerl::runtime

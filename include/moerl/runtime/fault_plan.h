@@ -16,9 +16,9 @@ namespace moerl::runtime {
 
 // What the heartbeat thread arms and the roles carry out (process-wide).
 struct FaultHooks {
-  std::atomic<double> slow_ms{0};                  // added to every turn of a role's main loop
-  std::atomic<bool> kill_while_receiving{false};   // the weight receiver SIGKILLs this rank mid-publication
-  std::atomic<bool> corrupt_next_message{false};   // the actor's next episode goes out with a bad CRC
+  std::atomic<double> slow_ms{0};                     // added to every turn of a role's main loop
+  std::atomic<bool> kill_while_receiving{false};      // the weight receiver SIGKILLs this rank mid-publication
+  std::atomic<bool> corrupt_next_message{false};      // the actor's next episode goes out with a bad CRC
   std::atomic<bool> corrupt_next_publication{false};  // learner 0's next publication has a corrupt bucket
 };
 FaultHooks& fault_hooks();

@@ -103,10 +103,10 @@ class HeartbeatThread {
   std::atomic<bool> watching_{true};
   std::atomic<bool> stop_{false};
   double next_beat_ = 0;
-  double last_coordinator_beat_ = -1;  // < 0: not heard from yet (not armed)
+  double last_coordinator_beat_ = -1;   // < 0: not heard from yet (not armed)
   std::unique_ptr<RankHealth> health_;  // learner 0
   std::unique_ptr<FaultInjector> faults_;
-  mutable std::mutex mutex_;            // health_, lost_
+  mutable std::mutex mutex_;  // health_, lost_
   std::vector<LostRank> lost_;
   std::thread thread_;
 };

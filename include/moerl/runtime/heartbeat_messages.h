@@ -12,7 +12,7 @@ namespace moerl::runtime {
 struct Heartbeat {
   static constexpr MessageType kType = MessageType::Heartbeat;
   std::int32_t rank = -1;
-  std::string role;               // "actor", "env_worker", ...
+  std::string role;  // "actor", "env_worker", ...
   std::int32_t role_index = -1;
   std::string host;
   std::int64_t pid = 0;
@@ -27,8 +27,8 @@ struct Heartbeat {
 struct CoordinatorBeat {
   static constexpr MessageType kType = MessageType::CoordinatorBeat;
   std::uint64_t sequence = 0;
-  std::int64_t step = 0;          // learner steps completed
-  std::int64_t version = 0;       // the newest policy version published
+  std::int64_t step = 0;     // learner steps completed
+  std::int64_t version = 0;  // the newest policy version published
   void encode(ByteWriter& w) const;
   static CoordinatorBeat decode(ByteReader& r);
 };

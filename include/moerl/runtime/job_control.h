@@ -97,7 +97,7 @@ std::optional<JobAbortNotice> poll_job_abort();
 // the others so that the ranks on its host do (`whereabouts` says where a
 // rank runs, from its heartbeats).
 struct EndOfJobResult {
-  bool complete = true;   // everyone arrived (a member: learner 0 answered)
+  bool complete = true;      // everyone arrived (a member: learner 0 answered)
   std::vector<int> missing;  // the ranks that did not arrive, fenced (a member: as learner 0 answered)
 };
 using RankWhereabouts = std::function<std::optional<EndOfJob::Fence>(int rank)>;
@@ -111,7 +111,6 @@ void add_abort_cleanup(void (*cleanup)());
 
 // Prints "moerl: fatal error on rank R (role): WHAT", flushes logs, runs the
 // abort cleanups, aborts every rank.
-[[noreturn]] void abort_job(const std::string& role_label, const std::string& what,
-                            int status = kFatalErrorExitStatus);
+[[noreturn]] void abort_job(const std::string& role_label, const std::string& what, int status = kFatalErrorExitStatus);
 
 }  // namespace moerl::runtime

@@ -14,8 +14,8 @@ namespace moerl::runtime {
 struct LogSetup {
   config::LogLevel level = config::LogLevel::Info;
   int rank = 0;
-  std::string role_label = "";        // "actor 1"; empty before roles are known
-  std::string per_rank_file = "";     // empty = no file
+  std::string role_label = "";     // "actor 1"; empty before roles are known
+  std::string per_rank_file = "";  // empty = no file
 };
 
 // Replaces spdlog's default logger; safe to call again when roles are known.

@@ -29,30 +29,30 @@ constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{1} << 30;
 
 // Message types; values are stable wire identifiers (append, never renumber).
 enum class MessageType : std::uint16_t {
-  Hello = 1,          // learner 0 -> every rank: the run, its plan
-  HelloReply = 2,     // every rank -> learner 0: who and where it is
-  Ping = 3,           // any -> any: liveness and latency
+  Hello = 1,       // learner 0 -> every rank: the run, its plan
+  HelloReply = 2,  // every rank -> learner 0: who and where it is
+  Ping = 3,        // any -> any: liveness and latency
   Pong = 4,
-  MetricsReport = 5,  // every rank -> learner 0: a metrics snapshot
-  StopRequest = 6,    // any rank -> learner 0: a signal or error asks the job to stop
-  Stop = 7,           // learner 0 -> every rank: stop cleanly now
-  EnvRequest = 8,     // actor -> env worker: open/step/close/snapshot/restore a session
-  EnvReply = 9,       // env worker -> actor
-  EnvCapacity = 10,   // learner 0 -> env worker: change the live-session limit
-  WorkRequest = 11,   // actor -> learner 0: room for more episodes
-  TaskAssignment = 12,  // learner 0 -> actor: task groups to run (or: no more work)
-  Trajectory = 13,    // actor -> learner: one finished episode
-  Heartbeat = 14,     // every rank -> learner 0: alive, what it holds, how loaded
-  CoordinatorBeat = 15,  // learner 0 -> every rank: learner 0 is alive; the step the job is at
-  RankLost = 16,      // learner 0 -> every rank: a rank was declared lost
-  GroupsCancelled = 17,  // learner 0 -> a learner: groups whose episodes will not all come
-  EnvSessionsMoved = 18,  // (reserved)
-  JobAbort = 19,      // any rank -> every rank: a fatal error ends the job (fault-tolerant MPI only)
+  MetricsReport = 5,          // every rank -> learner 0: a metrics snapshot
+  StopRequest = 6,            // any rank -> learner 0: a signal or error asks the job to stop
+  Stop = 7,                   // learner 0 -> every rank: stop cleanly now
+  EnvRequest = 8,             // actor -> env worker: open/step/close/snapshot/restore a session
+  EnvReply = 9,               // env worker -> actor
+  EnvCapacity = 10,           // learner 0 -> env worker: change the live-session limit
+  WorkRequest = 11,           // actor -> learner 0: room for more episodes
+  TaskAssignment = 12,        // learner 0 -> actor: task groups to run (or: no more work)
+  Trajectory = 13,            // actor -> learner: one finished episode
+  Heartbeat = 14,             // every rank -> learner 0: alive, what it holds, how loaded
+  CoordinatorBeat = 15,       // learner 0 -> every rank: learner 0 is alive; the step the job is at
+  RankLost = 16,              // learner 0 -> every rank: a rank was declared lost
+  GroupsCancelled = 17,       // learner 0 -> a learner: groups whose episodes will not all come
+  EnvSessionsMoved = 18,      // (reserved)
+  JobAbort = 19,              // any rank -> every rank: a fatal error ends the job (fault-tolerant MPI only)
   GroupsCancelledReply = 20,  // a learner -> learner 0: which of the groups it cancelled
-  FailoverReport = 21,  // an actor -> learner 0: what it moved or restarted after a loss
-  EndOfJob = 22,      // every rank -> learner 0 and back: the handshake before MPI_Finalize
-  EnvReleaseRequest = 23,  // an env worker -> learner 0: a SIGTERM asks to take it out of the job
-  EnvReleaseReply = 24,    // learner 0 -> that env worker: released, or why not
+  FailoverReport = 21,        // an actor -> learner 0: what it moved or restarted after a loss
+  EndOfJob = 22,              // every rank -> learner 0 and back: the handshake before MPI_Finalize
+  EnvReleaseRequest = 23,     // an env worker -> learner 0: a SIGTERM asks to take it out of the job
+  EnvReleaseReply = 24,       // learner 0 -> that env worker: released, or why not
 };
 constexpr std::uint16_t kMaxMessageType = 24;
 
@@ -78,13 +78,11 @@ struct Envelope {
 };
 
 // Frames a payload with the header above.
-std::vector<std::uint8_t> frame_message(MessageType type, int sender_rank,
-                                        const std::vector<std::uint8_t>& payload);
+std::vector<std::uint8_t> frame_message(MessageType type, int sender_rank, const std::vector<std::uint8_t>& payload);
 
 // Checks a received frame against the type (tag) and source MPI reported;
 // throws MessageError describing the first mismatch.
-Envelope unframe_message(const std::vector<std::uint8_t>& frame, MessageType expected_type,
-                         int mpi_source);
+Envelope unframe_message(const std::vector<std::uint8_t>& frame, MessageType expected_type, int mpi_source);
 
 // Typed messages: each has kType, encode(ByteWriter&) and static decode(ByteReader&).
 struct Hello {

@@ -21,10 +21,10 @@ struct LostRank {
   int rank = -1;
   Role role = Role::Actor;
   int role_index = -1;
-  std::string host;        // "" if it never beat
+  std::string host;  // "" if it never beat
   std::int64_t pid = 0;
-  double silent_s = 0;     // since its last heartbeat (or since the start)
-  std::string why;         // "no heartbeat for 10.2 s", "MPI reports it dead", ...
+  double silent_s = 0;           // since its last heartbeat (or since the start)
+  std::string why;               // "no heartbeat for 10.2 s", "MPI reports it dead", ...
   std::string describe() const;  // "rank 3 (env_worker 0 on host vm, pid 1234) lost: ..."
 };
 

@@ -59,7 +59,6 @@ class World {
 };
 
 // The threads rule of World::compute_threads(), separated for tests.
-int choose_compute_threads(std::int64_t configured, const char* environment_value, int cores,
-                           int ranks_on_host);
+int choose_compute_threads(std::int64_t configured, const char* environment_value, int cores, int ranks_on_host);
 
 }  // namespace moerl::runtime

@@ -37,11 +37,11 @@ class CheckpointError : public Error {
 
 enum class DType { Float32, Float64, Int64, UInt8, BFloat16 };  // BFloat16: raw uint16 bits
 
-const char* dtype_name(DType dtype);                           // "float32", ..., "bfloat16"
+const char* dtype_name(DType dtype);  // "float32", ..., "bfloat16"
 std::optional<DType> dtype_from_name(const std::string& name);
 std::size_t dtype_size(DType dtype);
 
-using Shape = std::vector<std::int64_t>;  // {} = scalar (one element)
+using Shape = std::vector<std::int64_t>;     // {} = scalar (one element)
 std::string shape_text(const Shape& shape);  // "[2, 3]"
 std::int64_t element_count(const Shape& shape);
 
@@ -71,7 +71,7 @@ constexpr const char* kPolicyVersion = "policy_version";
 constexpr const char* kProgramVersion = "program_version";  // set by the writer
 constexpr const char* kCreatedUnix = "created_unix";        // set by the writer
 constexpr const char* kConfigToml = "config_toml";
-constexpr const char* kMetricPrefix = "metric.";            // "metric.reward_mean" -> listed as metrics
+constexpr const char* kMetricPrefix = "metric.";  // "metric.reward_mean" -> listed as metrics
 }  // namespace attribute_key
 
 // "moerl X.Y.Z": what writers store under attribute_key::kProgramVersion.
@@ -132,8 +132,7 @@ class CheckpointWriter {
 
   // Names: [A-Za-z0-9_.:-] components separated by '/', not starting with '_'.
   // `bytes` must equal element_count(shape) * dtype_size(dtype).
-  void add_array(const std::string& name, DType dtype, const Shape& shape, const void* data,
-                 std::size_t bytes);
+  void add_array(const std::string& name, DType dtype, const Shape& shape, const void* data, std::size_t bytes);
   // Attribute names: [A-Za-z0-9_.:-], not starting with '_'. Setting one again replaces it.
   void set_attribute(const std::string& name, AttributeValue value);
   void set_attributes(const Attributes& attributes);

@@ -36,7 +36,7 @@ struct VersionInfo {
   std::string problem;    // why not valid ("" when valid)
   bool is_latest = false;
   int num_shards = 0;
-  std::int64_t learner_step = -1;    // -1: unknown (shard 0 unreadable or attribute absent)
+  std::int64_t learner_step = -1;  // -1: unknown (shard 0 unreadable or attribute absent)
   std::int64_t policy_version = -1;
   std::int64_t created_unix = 0;
   std::map<std::string, double> metrics;  // attributes "metric.NAME" of shard 0, prefix removed
@@ -46,7 +46,7 @@ struct VersionInfo {
 
 struct VerifyResult {
   bool valid = false;
-  std::string problem;            // the first problem found, naming file and dataset
+  std::string problem;  // the first problem found, naming file and dataset
   std::uint64_t bytes_checked = 0;
 };
 

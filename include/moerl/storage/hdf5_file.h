@@ -43,8 +43,8 @@ class Handle {
 void silence_error_printing();
 // The current HDF5 error stack of this thread as one line ("" when empty); clears it.
 std::string take_error_stack();
-[[noreturn]] void throw_failure(const std::string& file, const std::string& object,
-                                const char* operation, const char* source_file, int source_line);
+[[noreturn]] void throw_failure(const std::string& file, const std::string& object, const char* operation,
+                                const char* source_file, int source_line);
 
 enum class AttributeKind { String, Int64, Float64, Other };
 
@@ -77,8 +77,8 @@ class File {
   void delete_link(const std::string& object);
 
   // Writes a whole contiguous dataset; its parent groups are created as needed.
-  void write_dataset(const std::string& name, hid_t file_type, hid_t memory_type,
-                     const std::vector<hsize_t>& dims, bool scalar, const void* data);
+  void write_dataset(const std::string& name, hid_t file_type, hid_t memory_type, const std::vector<hsize_t>& dims,
+                     bool scalar, const void* data);
   DatasetLayout dataset_layout(const std::string& name) const;
   // Reads a whole dataset into `out` (`bytes` must equal elements * size of memory_type).
   void read_dataset(const std::string& name, hid_t memory_type, void* out, std::size_t bytes) const;
@@ -99,8 +99,8 @@ class File {
   File(std::string path, Handle handle) : path_(std::move(path)), handle_(std::move(handle)) {}
   [[noreturn]] void fail(const std::string& object, const char* operation, int line) const;
   Handle open_attribute(const std::string& object, const std::string& name) const;
-  void replace_attribute(const std::string& object, const std::string& name, hid_t type,
-                         hid_t space, const void* data, hid_t memory_type);
+  void replace_attribute(const std::string& object, const std::string& name, hid_t type, hid_t space, const void* data,
+                         hid_t memory_type);
 
   std::string path_;
   Handle handle_;

@@ -71,8 +71,8 @@ struct WeightView {
 
 struct SyncOptions {
   size_t bucket_bytes = size_t{4} << 20;  // the largest bucket (small weights get at least 8, >= 256 KiB)
-  double timeout_s = 120.0;          // a publication must complete by then
-  int root = 0;                      // the publisher's rank in the communicator
+  double timeout_s = 120.0;               // a publication must complete by then
+  int root = 0;                           // the publisher's rank in the communicator
   // false: the caller leaves the parameters unchanged until the publication
   // completes (finish() or progress() == true), so buckets go out without a copy.
   bool snapshot = true;
@@ -92,10 +92,10 @@ struct SyncStats {
   std::int64_t version = -1;
   size_t bytes = 0;
   size_t buckets = 0;
-  double seconds = 0;               // publish() to completion (publisher) or header to ready (receiver)
-  double blocking_s = 0;            // publisher: time inside publish() (the caller's cost)
-  double checksum_s = 0;            // time spent staging and checksumming (publisher) or verifying (receiver)
-  size_t copied_bytes = 0;          // publisher: bytes copied into staging (0 when sent in place)
+  double seconds = 0;       // publish() to completion (publisher) or header to ready (receiver)
+  double blocking_s = 0;    // publisher: time inside publish() (the caller's cost)
+  double checksum_s = 0;    // time spent staging and checksumming (publisher) or verifying (receiver)
+  size_t copied_bytes = 0;  // publisher: bytes copied into staging (0 when sent in place)
   double gigabytes_per_s() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0; }
 };
 
@@ -125,8 +125,8 @@ class WeightPublisher {
   void publish(std::int64_t version);
   // Fault injection: the next publication flips a byte of `bucket` after checksumming it.
   void corrupt_next_publication(int bucket) { options_.corrupt_bucket_for_test = bucket; }
-  bool progress();                  // non-blocking; true when the publication is complete
-  void finish();                    // waits (with the timeout)
+  bool progress();  // non-blocking; true when the publication is complete
+  void finish();    // waits (with the timeout)
   bool in_flight() const { return !requests_.empty(); }
   // Tells the receivers that no more versions come; call once, at shutdown.
   void close();
@@ -145,7 +145,7 @@ class WeightPublisher {
   const std::uint8_t* stage_bucket(size_t b);
   size_t bucket_size(size_t b) const;
   size_t view_at(size_t at) const;  // the view holding flat offset `at`
-  void drive();  // lets completed broadcasts go, oldest first
+  void drive();                     // lets completed broadcasts go, oldest first
 
   comm::Communicator& comm_;
   std::vector<WeightView> views_;
@@ -206,10 +206,10 @@ class WeightReceiver {
   std::uint64_t fingerprint_;
   size_t total_bytes_ = 0;
   std::vector<std::uint8_t> header_bytes_;
-  FlatWeights staging_;                // where versions land
-  FlatWeights live_;                   // swap mode: where the parameters live
-  Rebind rebind_;                      // swap mode only
-  std::vector<std::uint8_t> discard_;  // landing place of a refused version
+  FlatWeights staging_;                          // where versions land
+  FlatWeights live_;                             // swap mode: where the parameters live
+  Rebind rebind_;                                // swap mode only
+  std::vector<std::uint8_t> discard_;            // landing place of a refused version
   std::vector<std::uint32_t> landed_checksums_;  // computed here, bucket by bucket
   std::string refusal_;
   bool refusal_corrupt_ = false;  // the refusal is a checksum failure

@@ -28,8 +28,8 @@ class Histogram {
 
   // Bucket index -> count; values <= 0 go to kNonPositiveBucket.
   const std::map<std::int32_t, std::uint64_t>& buckets() const { return buckets_; }
-  static Histogram from_parts(std::map<std::int32_t, std::uint64_t> buckets, std::uint64_t count,
-                              double sum, double min, double max);
+  static Histogram from_parts(std::map<std::int32_t, std::uint64_t> buckets, std::uint64_t count, double sum,
+                              double min, double max);
 
   static constexpr std::int32_t kNonPositiveBucket = INT32_MIN;
   static constexpr int kBucketsPerOctave = 8;

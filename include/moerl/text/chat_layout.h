@@ -73,7 +73,7 @@ class ChatRenderer {
   BpeTokenizer tokenizer_;
   ChatLayout layout_;
   std::vector<std::int64_t> begin_;
-  std::vector<std::int64_t> headers_[3];  // [system, user, assistant]
+  std::vector<std::int64_t> headers_[3];   // [system, user, assistant]
   std::vector<std::int64_t> trailers_[3];  // after the end-of-turn token
   std::int64_t end_of_turn_id_ = -1;
 };

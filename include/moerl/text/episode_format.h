@@ -60,7 +60,7 @@ class EpisodeFormatError : public Error {
 
 class EpisodeFormat {
  public:
-  EpisodeFormat();                             // the byte layout
+  EpisodeFormat();  // the byte layout
   // A BPE tokenizer with a chat layout; tokenizer_name (its file) is for the description.
   explicit EpisodeFormat(const ChatRenderer& chat, const std::string& tokenizer_name = "");
 

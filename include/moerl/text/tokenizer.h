@@ -76,7 +76,6 @@ class ByteTokenizer {
 // add_generation_prompt the assistant role header is appended at the end
 // (mask 0), ready for the policy to continue. <|bos|> starts the rendering;
 // no <|eos|> is appended (the rollout adds it when the episode ends).
-RenderedChat render_chat(const std::vector<ChatMessage>& messages,
-                         bool add_generation_prompt = false);
+RenderedChat render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt = false);
 
 }  // namespace moerl::text

@@ -16,8 +16,7 @@ namespace moerl::kernels {
 bool cpu_gemm_has_blas();
 
 template <typename Scalar>
-void cpu_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-              Scalar alpha, const Scalar* A, std::int64_t lda, const Scalar* B, std::int64_t ldb,
-              Scalar beta, Scalar* C, std::int64_t ldc);
+void cpu_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, Scalar alpha, const Scalar* A,
+              std::int64_t lda, const Scalar* B, std::int64_t ldb, Scalar beta, Scalar* C, std::int64_t ldc);
 
 }  // namespace moerl::kernels

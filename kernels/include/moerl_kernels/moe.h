@@ -31,43 +31,38 @@
 namespace moerl::kernels {
 
 // Upper bound on the permuted rows: T*k + E*(block_size-1).
-std::int64_t moe_permuted_rows(std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
-                               std::int64_t block_size);
+std::int64_t moe_permuted_rows(std::int64_t tokens, std::int64_t top_k, std::int64_t experts, std::int64_t block_size);
 
 // Routing plan. capacity < 0: unbounded (dropless). Assignments of expert e
 // beyond the first `capacity` (in order of a) are dropped. Writes counts,
 // offsets, dest_row, row_source (all R entries) and dropped[0] (number of
 // dropped assignments). routed [E] receives the assignments per expert before
 // capacity (for the load-balancing loss and statistics).
-void moe_plan_cpu(const std::int64_t* expert_idx, std::int64_t tokens, std::int64_t top_k,
-                  std::int64_t experts, std::int64_t capacity, std::int64_t block_size,
-                  std::int64_t* routed, std::int64_t* counts, std::int64_t* offsets,
-                  std::int64_t* dest_row, std::int64_t* row_source, std::int64_t* dropped);
+void moe_plan_cpu(const std::int64_t* expert_idx, std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
+                  std::int64_t capacity, std::int64_t block_size, std::int64_t* routed, std::int64_t* counts,
+                  std::int64_t* offsets, std::int64_t* dest_row, std::int64_t* row_source, std::int64_t* dropped);
 
 // Dispatch (a row gather): out[r,:] = w[a] * x[a/k,:] with a = row_source[r]
 // (w = 1 when weights is null), zero when a < 0. x [T,H], out [rows,H].
 // With weights this is also the backward of combine for the expert outputs.
 // Rows are independent: a caller may pass a sub-range of rows.
 template <typename Scalar>
-void moe_dispatch_cpu(const Scalar* x, const std::int64_t* row_source, const Scalar* weights,
-                      std::int64_t tokens, std::int64_t top_k, std::int64_t hidden,
-                      std::int64_t rows, Scalar* out);
+void moe_dispatch_cpu(const Scalar* x, const std::int64_t* row_source, const Scalar* weights, std::int64_t tokens,
+                      std::int64_t top_k, std::int64_t hidden, std::int64_t rows, Scalar* out);
 
 // Combine (a weighted row sum): y[t,:] = sum_j w[t*k+j] * src[dest_row[t*k+j],:]
 // over kept assignments (w = 1 when weights is null). src [rows,H], y [T,H].
 // Without weights this is the backward of dispatch. Tokens are independent: a
 // caller may pass a sub-range of tokens (offsetting dest_row, weights and y).
 template <typename Scalar>
-void moe_combine_cpu(const Scalar* src, const std::int64_t* dest_row, const Scalar* weights,
-                     std::int64_t tokens, std::int64_t top_k, std::int64_t hidden,
-                     Scalar* y);
+void moe_combine_cpu(const Scalar* src, const std::int64_t* dest_row, const Scalar* weights, std::int64_t tokens,
+                     std::int64_t top_k, std::int64_t hidden, Scalar* y);
 
 // Gradient of combine for the gate weights:
 // grad_w[a] = <grad_y[a/k,:], src[dest_row[a],:]>, 0 for dropped assignments.
 template <typename Scalar>
-void moe_combine_gate_grad_cpu(const Scalar* grad_y, const Scalar* src,
-                               const std::int64_t* dest_row, std::int64_t tokens,
-                               std::int64_t top_k, std::int64_t hidden, Scalar* grad_w);
+void moe_combine_gate_grad_cpu(const Scalar* grad_y, const Scalar* src, const std::int64_t* dest_row,
+                               std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, Scalar* grad_w);
 
 // Grouped GEMMs over the expert segments given by offsets [E+1] (rows >=
 // offsets[E] are written as zero by the two row-wise forms).
@@ -75,17 +70,14 @@ void moe_combine_gate_grad_cpu(const Scalar* grad_y, const Scalar* src,
 //   nn: C[r,:] = A[r,:] @ B[e]     A [rows,N], B [E,N,K], C [rows,K]  (input grad)
 //   tn: C[e]   = A_e^T @ X_e       A [rows,N], X [rows,K], C [E,N,K]  (weight grad)
 template <typename Scalar>
-void moe_grouped_gemm_nt_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets,
-                             std::int64_t rows, std::int64_t experts, std::int64_t N,
-                             std::int64_t K, Scalar* C);
+void moe_grouped_gemm_nt_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets, std::int64_t rows,
+                             std::int64_t experts, std::int64_t N, std::int64_t K, Scalar* C);
 template <typename Scalar>
-void moe_grouped_gemm_nn_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets,
-                             std::int64_t rows, std::int64_t experts, std::int64_t N,
-                             std::int64_t K, Scalar* C);
+void moe_grouped_gemm_nn_cpu(const Scalar* A, const Scalar* B, const std::int64_t* offsets, std::int64_t rows,
+                             std::int64_t experts, std::int64_t N, std::int64_t K, Scalar* C);
 template <typename Scalar>
-void moe_grouped_gemm_tn_cpu(const Scalar* A, const Scalar* X, const std::int64_t* offsets,
-                             std::int64_t rows, std::int64_t experts, std::int64_t N,
-                             std::int64_t K, Scalar* C);
+void moe_grouped_gemm_tn_cpu(const Scalar* A, const Scalar* X, const std::int64_t* offsets, std::int64_t rows,
+                             std::int64_t experts, std::int64_t N, std::int64_t K, Scalar* C);
 
 // CPU grouped SwiGLU, one expert's rows at a time (the adapter runs these
 // over (expert, row block) items in parallel; BLAS does the products).
@@ -94,58 +86,48 @@ void moe_grouped_gemm_tn_cpu(const Scalar* A, const Scalar* X, const std::int64_
 //             y[r]  = h[r] W_down^T                    y [n, H]
 // x [n,H]; w_gate, w_up [D,H]; w_down [H,D] (one expert's slices).
 template <typename Scalar>
-void moe_swiglu_forward_rows_cpu(const Scalar* x, const Scalar* w_gate, const Scalar* w_up,
-                                 const Scalar* w_down, std::int64_t n, std::int64_t hidden,
-                                 std::int64_t d_expert, Scalar* gu, Scalar* h, Scalar* y);
+void moe_swiglu_forward_rows_cpu(const Scalar* x, const Scalar* w_gate, const Scalar* w_up, const Scalar* w_down,
+                                 std::int64_t n, std::int64_t hidden, std::int64_t d_expert, Scalar* gu, Scalar* h,
+                                 Scalar* y);
 
 // Backward of one expert's whole segment from the forward's saved gu and h:
 // writes dx [n,H] and this expert's weight gradients dw_gate, dw_up [D,H],
 // dw_down [H,D] (zero when n == 0). scratch holds n*2*D values.
 template <typename Scalar>
-void moe_swiglu_backward_rows_cpu(const Scalar* x, const Scalar* gu, const Scalar* h,
-                                  const Scalar* dy, const Scalar* w_gate, const Scalar* w_up,
-                                  const Scalar* w_down, std::int64_t n, std::int64_t hidden,
-                                  std::int64_t d_expert, Scalar* scratch, Scalar* dx,
+void moe_swiglu_backward_rows_cpu(const Scalar* x, const Scalar* gu, const Scalar* h, const Scalar* dy,
+                                  const Scalar* w_gate, const Scalar* w_up, const Scalar* w_down, std::int64_t n,
+                                  std::int64_t hidden, std::int64_t d_expert, Scalar* scratch, Scalar* dx,
                                   Scalar* dw_gate, Scalar* dw_up, Scalar* dw_down);
 
 #ifdef MOERL_WITH_CUDA
 // Device workspace (bytes) that moe_plan_cuda needs for T*k assignments.
-std::size_t moe_plan_workspace_bytes(std::int64_t tokens, std::int64_t top_k,
-                                     std::int64_t experts);
+std::size_t moe_plan_workspace_bytes(std::int64_t tokens, std::int64_t top_k, std::int64_t experts);
 
 // All pointers are device pointers; nothing is copied to the host.
-cudaError_t moe_plan_cuda(const std::int64_t* expert_idx, std::int64_t tokens,
-                          std::int64_t top_k, std::int64_t experts, std::int64_t capacity,
-                          std::int64_t block_size, std::int64_t* routed, std::int64_t* counts,
-                          std::int64_t* offsets, std::int64_t* dest_row,
-                          std::int64_t* row_source, std::int64_t* dropped, void* workspace,
-                          cudaStream_t stream);
+cudaError_t moe_plan_cuda(const std::int64_t* expert_idx, std::int64_t tokens, std::int64_t top_k, std::int64_t experts,
+                          std::int64_t capacity, std::int64_t block_size, std::int64_t* routed, std::int64_t* counts,
+                          std::int64_t* offsets, std::int64_t* dest_row, std::int64_t* row_source,
+                          std::int64_t* dropped, void* workspace, cudaStream_t stream);
 
-cudaError_t moe_dispatch_cuda(const float* x, const std::int64_t* row_source,
-                              const float* weights, std::int64_t tokens, std::int64_t top_k,
-                              std::int64_t hidden, std::int64_t rows, float* out,
+cudaError_t moe_dispatch_cuda(const float* x, const std::int64_t* row_source, const float* weights, std::int64_t tokens,
+                              std::int64_t top_k, std::int64_t hidden, std::int64_t rows, float* out,
                               cudaStream_t stream);
-cudaError_t moe_combine_cuda(const float* src, const std::int64_t* dest_row,
-                             const float* weights, std::int64_t tokens, std::int64_t top_k,
-                             std::int64_t hidden, float* y, cudaStream_t stream);
-cudaError_t moe_combine_gate_grad_cuda(const float* grad_y, const float* src,
-                                       const std::int64_t* dest_row, std::int64_t tokens,
-                                       std::int64_t top_k, std::int64_t hidden, float* grad_w,
+cudaError_t moe_combine_cuda(const float* src, const std::int64_t* dest_row, const float* weights, std::int64_t tokens,
+                             std::int64_t top_k, std::int64_t hidden, float* y, cudaStream_t stream);
+cudaError_t moe_combine_gate_grad_cuda(const float* grad_y, const float* src, const std::int64_t* dest_row,
+                                       std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, float* grad_w,
                                        cudaStream_t stream);
 
 // One launch each, whatever E; segment bounds are read from offsets on the device.
-cudaError_t moe_grouped_gemm_nt_cuda(const float* A, const float* B,
-                                     const std::int64_t* offsets, std::int64_t rows,
-                                     std::int64_t experts, std::int64_t N, std::int64_t K,
-                                     float* C, cudaStream_t stream);
-cudaError_t moe_grouped_gemm_nn_cuda(const float* A, const float* B,
-                                     const std::int64_t* offsets, std::int64_t rows,
-                                     std::int64_t experts, std::int64_t N, std::int64_t K,
-                                     float* C, cudaStream_t stream);
-cudaError_t moe_grouped_gemm_tn_cuda(const float* A, const float* X,
-                                     const std::int64_t* offsets, std::int64_t rows,
-                                     std::int64_t experts, std::int64_t N, std::int64_t K,
-                                     float* C, cudaStream_t stream);
+cudaError_t moe_grouped_gemm_nt_cuda(const float* A, const float* B, const std::int64_t* offsets, std::int64_t rows,
+                                     std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
+                                     cudaStream_t stream);
+cudaError_t moe_grouped_gemm_nn_cuda(const float* A, const float* B, const std::int64_t* offsets, std::int64_t rows,
+                                     std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
+                                     cudaStream_t stream);
+cudaError_t moe_grouped_gemm_tn_cuda(const float* A, const float* X, const std::int64_t* offsets, std::int64_t rows,
+                                     std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
+                                     cudaStream_t stream);
 #endif
 
 }  // namespace moerl::kernels

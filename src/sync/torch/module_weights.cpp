@@ -21,7 +21,8 @@ Rebind module_rebind(torch::nn::Module& module) {
     size_t at = 0;
     for (const torch::Tensor& p : parameters) {
       const size_t bytes = static_cast<size_t>(p.numel()) * p.element_size();
-      MOERL_CHECK(at + bytes <= weights->size(), "weight sync: the flat weights are smaller than the module's parameters");
+      MOERL_CHECK(at + bytes <= weights->size(),
+                  "weight sync: the flat weights are smaller than the module's parameters");
       MOERL_CHECK(at % p.element_size() == 0, "weight sync: a parameter would sit misaligned in the flat weights");
       // The deleter owns a reference: the buffer lives while this storage does.
       torch::Tensor flat = torch::from_blob(
