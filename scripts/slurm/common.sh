@@ -72,7 +72,7 @@ echo "moerl-slurm: job ${SLURM_JOB_ID:-?} attempt $MOERL_ATTEMPT on $(hostname -
 # srun takes a SIGTERM as "cancel the step" and SIGKILLs the tasks. Learner 0
 # runs on the first node of the job (component 0 in a hetjob), where this
 # batch shell runs, so a plain kill reaches it.
-moerl_signal_learner0() {  # moerl_signal_learner0 SIGNAL: true when learner 0 of this attempt was signalled
+moerl_learner0_pid() {  # prints the pid of learner 0 of this attempt when it runs on this host
   local record="$MOERL_RUN_DIR/ranks/rank-0.json" pid host
   [ -s "$record" ] || return 1
   read -r pid host < <(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["pid"], r["host"])' "$record" 2>/dev/null)
@@ -81,7 +81,39 @@ moerl_signal_learner0() {  # moerl_signal_learner0 SIGNAL: true when learner 0 o
   # program's: only a live moerl on this host is learner 0 of this attempt.
   [ "$host" = "$(hostname)" ] || [ "$host" = "$(hostname -s)" ] || return 1
   [ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$MOERL_BIN")" ] || return 1
+  echo "$pid"
+}
+moerl_signal_learner0() {  # moerl_signal_learner0 SIGNAL: true when learner 0 of this attempt was signalled
+  local pid
+  pid=$(moerl_learner0_pid) || return 1
   kill -s "$1" "$pid" 2>/dev/null
+}
+
+# The launcher (srun, or mpirun through launch.sh) must end soon after
+# learner 0 does: learner 0 leaves last, after every rank has stopped or been
+# given up on (cluster.shutdown_timeout_s). One that lingers past
+# MOERL_LAUNCHER_GRACE_S (default 60) is killed, so that the job still
+# requeues or ends: seen with Slurm 22.05's srun under load, deadlocked at a
+# step's end between its signal-forwarding thread (slurm_step_launch_abort)
+# and its step-finish path (pmixp_abort_agent_stop), with every task gone.
+moerl_reap_lingering_launcher() {  # moerl_reap_lingering_launcher LAUNCHER_PID (run in the background)
+  local launcher=$1 grace="${MOERL_LAUNCHER_GRACE_S:-60}" learner0="" waited=0
+  while kill -0 "$launcher" 2>/dev/null && [ -z "$learner0" ]; do
+    learner0=$(moerl_learner0_pid) || learner0=""
+    sleep 1
+  done
+  [ -n "$learner0" ] || return 0
+  while kill -0 "$learner0" 2>/dev/null; do sleep 1; done
+  while kill -0 "$launcher" 2>/dev/null; do
+    if [ "$waited" -ge "$grace" ]; then
+      echo "moerl-slurm: learner 0 (pid $learner0) has ended but the launcher (pid $launcher) has not, $grace s later; killing it" >&2
+      pkill -KILL -P "$launcher" 2>/dev/null
+      kill -KILL "$launcher" 2>/dev/null
+      return 0
+    fi
+    sleep 1
+    waited=$((waited + 1))
+  done
 }
 
 moerl_stop_requested=0  # 1: the time-limit warning came, requeue after the stop
@@ -104,12 +136,16 @@ trap 'moerl_on_end INT' INT
 moerl_run() {  # moerl_run CMD...: runs CMD in the background (so the traps run at once), waits, sets moerl_status
   "$@" > >(tee -a "$MOERL_ATTEMPT_LOG") 2>&1 &
   moerl_child=$!
+  moerl_reap_lingering_launcher "$moerl_child" &
+  local reaper=$!
   # `wait` returns early when a trapped signal arrives: wait again until the child has ended.
   while :; do
     wait "$moerl_child"
     moerl_status=$?
     kill -0 "$moerl_child" 2>/dev/null || break
   done
+  kill "$reaper" 2>/dev/null
+  wait "$reaper" 2>/dev/null
   echo "moerl-slurm: moerl ended with status $moerl_status"
 }
 
