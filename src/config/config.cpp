@@ -311,6 +311,9 @@ class Loader {
     require(!(config_.run.deterministic && config_.sync.asynchronous), "run.deterministic",
             "needs synchronous rollouts: set sync.asynchronous = false");
     if (e.enabled) {
+      // Trajectories carry each token's routing as one byte per expert index.
+      require(e.num_experts <= 256, "moe.num_experts",
+              "must be <= 256 (episodes record each token's experts as bytes), got " + std::to_string(e.num_experts));
       require(e.top_k <= e.num_experts, "moe.top_k",
               "must be <= num_experts (" + std::to_string(e.num_experts) + "), got " + std::to_string(e.top_k));
       require(e.first_dense_layers < m.num_layers, "moe.first_dense_layers",

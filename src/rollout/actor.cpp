@@ -80,8 +80,6 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
   // Trajectories carry the routing the engine recorded: rollout.moe_top_k
   // experts per token when set, else moe.top_k.
   top_k_ = engine_.routing_top_k();
-  MOERL_CHECK(!config.moe.enabled || config.moe.num_experts <= 256,
-              "trajectories store expert indices as bytes: [moe] num_experts must be <= 256");
   engine_.set_policy_version(0);
   load_ = load;
   if (load_) load_->weight_version = 0;

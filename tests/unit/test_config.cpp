@@ -112,6 +112,16 @@ TEST_CASE("inconsistent fields are errors at the line of the key", "[config]") {
   CHECK(issues[1].message == "must be <= num_experts (4), got 6");
 }
 
+TEST_CASE("more than 256 experts is refused at its line: episodes record expert indices as bytes", "[config]") {
+  const auto issues = issues_of("[moe]\nnum_experts = 300\ntop_k = 2\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "moe.num_experts");
+  CHECK(issues[0].line == 2);
+  CHECK(issues[0].message == "must be <= 256 (episodes record each token's experts as bytes), got 300");
+  CHECK(load_config_text("[moe]\nnum_experts = 256\n", "x.toml").moe.num_experts == 256);
+  CHECK(load_config_text("[moe]\nenabled = false\nnum_experts = 300\n", "x.toml").moe.num_experts == 300);
+}
+
 TEST_CASE("rollout.moe_top_k: bounded by num_experts, refused with routing replay of another k", "[config]") {
   // 0 (the default) routes rollouts like the learner.
   CHECK(load_config_text("", "x.toml").rollout.moe_top_k == 0);
