@@ -1,5 +1,6 @@
 #pragma once
-// Typed point-to-point messaging over MPI. The message type is the MPI tag,
+// Typed point-to-point messaging, over MPI (MpiTransport) or, in tests, over
+// queues between threads (runtime/in_process_transport.h). The message type is the tag,
 // so a receiver waits for exactly the type it expects; every frame is
 // validated (unframe_message) and every payload decoded exactly before use.
 // Every wait has a timeout that ends in a TimeoutError naming the peer.
@@ -11,12 +12,14 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "moerl/runtime/message.h"
+#include "moerl/runtime/transport.h"
 
 namespace moerl::runtime {
 
@@ -41,9 +44,10 @@ class Mailbox {
   // `comm` should be a communicator reserved for messages (a dup of the
   // world), so tags never collide with collectives or other libraries.
   Mailbox(MPI_Comm comm, double timeout_s);
+  Mailbox(std::unique_ptr<Transport> transport, double timeout_s);
 
   int rank() const { return rank_; }
-  MPI_Comm comm() const { return comm_; }
+  MPI_Comm comm() const;  // MPI_COMM_NULL over a transport without MPI
   int size() const { return size_; }
   double timeout_s() const { return timeout_s_; }
 
@@ -90,9 +94,7 @@ class Mailbox {
                          envelope.source);
     }
   }
-  std::optional<Envelope> receive_matched(MessageType type, MPI_Message& message, const MPI_Status& status);
-
-  MPI_Comm comm_;
+  std::unique_ptr<Transport> transport_;
   int rank_ = 0;
   int size_ = 1;
   double timeout_s_;

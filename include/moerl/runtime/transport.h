@@ -1,0 +1,43 @@
+#pragma once
+// What the Mailbox sends frames through: MPI between processes
+// (runtime/mpi_transport.h), or queues between threads of one process
+// (runtime/in_process_transport.h), so that the protocols between roles can
+// be unit-tested with threads as ranks. The Mailbox keeps everything else:
+// framing, validation, timeouts on receives and the error messages.
+//
+// A transport delivers frames between each pair of ranks in the order they
+// were sent (MPI's non-overtaking rule), matched by tag (the message type)
+// and source.
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace moerl::runtime {
+
+struct ReceivedFrame {
+  int source = -1;
+  std::vector<std::uint8_t> bytes;
+};
+
+enum class SendResult { SendDelivered, SendPeerLost, SendTimedOut };
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sends `frame` to `destination` under `tag` and waits at most timeout_s
+  // for the send to complete.
+  virtual SendResult send(int destination, int tag, const std::vector<std::uint8_t>& frame, double timeout_s) = 0;
+  // The oldest frame under `tag` from `source` (MPI_ANY_SOURCE: from anyone),
+  // taken out of the queue; nullopt when none has arrived, or when its sender
+  // died while its bytes were on the way.
+  virtual std::optional<ReceivedFrame> poll(int tag, int source) = 0;
+  // The MPI communicator underneath; MPI_COMM_NULL for one that has none.
+  virtual MPI_Comm mpi_comm() const { return MPI_COMM_NULL; }
+};
+
+}  // namespace moerl::runtime

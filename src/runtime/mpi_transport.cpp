@@ -1,0 +1,69 @@
+#include "moerl/runtime/mpi_transport.h"
+
+#include "moerl/core/check.h"
+#include "moerl/runtime/backoff.h"
+#include "moerl/runtime/fault_tolerance.h"
+#include "moerl/runtime/mailbox.h"
+
+namespace moerl::runtime {
+
+MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
+  MOERL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MOERL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+SendResult MpiTransport::send(int destination, int tag, const std::vector<std::uint8_t>& frame, double timeout_s) {
+  MPI_Request request;
+  const int posted =
+      MPI_Isend(frame.data(), static_cast<int>(frame.size()), MPI_BYTE, destination, tag, comm_, &request);
+  if (posted != MPI_SUCCESS && is_process_failure(posted)) return SendResult::SendPeerLost;
+  MOERL_MPI_CHECK(posted);
+  const double deadline = monotonic_seconds() + timeout_s;
+  Backoff backoff;
+  for (;;) {
+    int done = 0;
+    const int tested = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (tested != MPI_SUCCESS && is_process_failure(tested)) return SendResult::SendPeerLost;
+    MOERL_MPI_CHECK(tested);
+    if (done) return SendResult::SendDelivered;
+    if (monotonic_seconds() > deadline) {
+      MPI_Cancel(&request);
+      MPI_Request_free(&request);
+      return SendResult::SendTimedOut;
+    }
+    backoff.pause();
+  }
+}
+
+// A matched probe (MPI_Improbe + MPI_Mrecv) rather than MPI_Iprobe + MPI_Recv:
+// the probed message is taken out of the queue, so neither another thread
+// probing the same tag nor a sender that dies mid-transfer can leave a message
+// that every later probe finds and no receive can take (a coordinator once
+// spun on such a heartbeat and stopped beating).
+std::optional<ReceivedFrame> MpiTransport::poll(int tag, int source) {
+  int arrived = 0;
+  MPI_Message message = MPI_MESSAGE_NULL;
+  MPI_Status status;
+  int probed = MPI_Improbe(source, tag, comm_, &arrived, &message, &status);
+  if (probed != MPI_SUCCESS && is_process_failure(probed)) {
+    if (source != MPI_ANY_SOURCE) return std::nullopt;  // a dead peer sends nothing more
+    acknowledge_failures(comm_);
+    probed = MPI_Improbe(source, tag, comm_, &arrived, &message, &status);
+    if (probed != MPI_SUCCESS && is_process_failure(probed)) return std::nullopt;
+  }
+  MOERL_MPI_CHECK(probed);
+  if (!arrived) return std::nullopt;
+  int count = 0;
+  MOERL_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &count));
+  ReceivedFrame frame{status.MPI_SOURCE, std::vector<std::uint8_t>(static_cast<size_t>(count))};
+  const int received = MPI_Mrecv(frame.bytes.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+  // The sender died after its message was matched but before its bytes came
+  // (a large frame waits for the receiver). The matched message is consumed
+  // either way, so no later probe finds it again; what it said died with its
+  // sender, and the failure detector reports the rank.
+  if (received != MPI_SUCCESS && is_process_failure(received)) return std::nullopt;
+  MOERL_MPI_CHECK(received);
+  return frame;
+}
+
+}  // namespace moerl::runtime
