@@ -6,6 +6,7 @@
 #include <unicode/normalizer2.h>
 
 #include <climits>
+#include <cstdint>
 
 #include "moerl/core/check.h"
 

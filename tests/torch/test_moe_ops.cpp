@@ -398,7 +398,12 @@ TEST_CASE("moe layer on CUDA matches the reference and the CPU", "[moe][cuda]") 
       for (std::size_t i = 0; i < wrt.size(); ++i) {
         auto a = g1[i].defined() ? g1[i] : torch::zeros_like(wrt[i]);
         auto b = g2[i].defined() ? g2[i] : torch::zeros_like(wrt[i]);
-        require_close("cuda grad " + std::to_string(i), a.cpu(), b.cpu(), 1e-5, 1e-3);
+        // A weight gradient sums T * k float32 products whose order differs
+        // between cuBLAS and the reference: its error scales with the
+        // gradient's largest entries, not with each entry (seen on an H200:
+        // 4.6e-5 on an entry of 1.7e-3 that cancels larger terms).
+        const double scale = b.abs().max().item<double>();
+        require_close("cuda grad " + std::to_string(i), a.cpu(), b.cpu(), 1e-5 + 1e-4 * scale, 1e-3);
       }
     }
   }

@@ -7,6 +7,7 @@
 // `ratio` is metrics[ratio_metric] / baseline[ratio_metric], oriented so that
 // larger is better for the case (see BenchCase::higher_is_better).
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
