@@ -15,11 +15,16 @@
 #   3. builds and runs moerl_moe_gpu_bench: the MoE layer's forward+backward
 #      on CUDA, our operators against the per-expert-loop reference, at the
 #      shapes of `moerl bench moe` (issue #3's goal: at least 3x at E=64);
+#   4. scripts/gpu_job_check.sh: the whole moerl against the same LibTorch,
+#      the NCCL communicator on 2 ranks, and `moerl train` with
+#      run.device = "cuda" (4 ranks sharing the GPU, with MPI groups and with
+#      NCCL groups);
 # and prints a short summary table. Exit status 0 only when everything passed.
 #
 # Device invocation, from the repository root:
 #   here, once (needs apt and network):  scripts/gpu_deps.sh
-#       unpacks Catch2 v2 into .gpu-deps/ (ignored by git, about 2.5 MB)
+#       unpacks Catch2 v2 into .gpu-deps/ and keeps the Debian packages the
+#       whole build needs in .gpu-deps/debs (ignored by git, about 26 MB)
 #   device run:  command "scripts/gpu_check.sh", carry [".gpu-deps"], timeout_s 560
 # The script keeps itself within GPU_CHECK_BUDGET_S (default 520 s) and then
 # prints the summary. Logs go to $OUT/gpu_check/ when $OUT is set (they come
@@ -194,6 +199,17 @@ if [[ $moe_configured -eq 1 && $mbuild_rc -eq 0 ]]; then
   bbuild_rc=$build_rc bbuild_secs=$build_secs bench_rc=$run_rc bench_secs=$run_secs
 fi
 
+# 4. The job on the GPU (scripts/gpu_job_check.sh): the whole moerl, NCCL,
+# and `moerl train` with run.device = "cuda".
+job_rc=99
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  job_rc=77
+elif [[ $conf_rc -eq 0 ]]; then
+  echo "running the job check (scripts/gpu_job_check.sh)"
+  "$ROOT/scripts/gpu_job_check.sh" "$BUILD-job" "$LOG" "$(left)"
+  job_rc=$?
+fi
+
 echo
 echo "==================== moerl GPU check ====================" | tee -a "$SUMMARY"
 row "configure (GPU-check-only)" "$(status "$conf_rc") (${conf_secs} s)"
@@ -207,6 +223,11 @@ if grep -q "cuda layer checked" "$LOG/moe_tests.txt" 2>/dev/null; then
   row "layer on CUDA vs reference" "ran"
 else
   row "layer on CUDA vs reference" "not run (torch sees no GPU?)"
+fi
+if [[ -s "$LOG/job_rows.txt" ]]; then
+  tee -a "$SUMMARY" <"$LOG/job_rows.txt"
+else
+  row "job on the GPU (gpu_job_check.sh)" "$(status "$job_rc")"
 fi
 if [[ -f "$LOG/gpu_tests.txt" ]] && grep -q '^tokens ' "$LOG/gpu_tests.txt"; then
   echo "--- kernel benchmark (dispatch+combine vs cudaMemcpy D2D) ---" | tee -a "$SUMMARY"
@@ -226,6 +247,7 @@ problems=()
   [[ $mbuild_rc -eq 0 ]] && status "$moe_rc" || echo "not built")")
 [[ $bench_rc -eq 0 ]] || problems+=("MoE layer GPU benchmark: $(
   [[ $bbuild_rc -eq 0 ]] && status "$bench_rc" || echo "not built")")
+[[ $job_rc -eq 0 ]] || problems+=("job on the GPU: $(status "$job_rc")")
 if [[ ${#problems[@]} -eq 0 ]]; then
   echo "GPU CHECK PASSED" | tee -a "$SUMMARY"
 else

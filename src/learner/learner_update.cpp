@@ -67,10 +67,16 @@ void Learner::allreduce_gradients() {
   for (auto& p : trainable_parameters())
     pieces.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
   torch::Tensor flat = torch::cat(pieces).contiguous();
+  comm::Communicator& comm = gradient_comm_ ? *gradient_comm_ : learner_comm_;
+  // NCCL reduces device memory in place; MPI needs the gradients on the host
+  // (learners that share a GPU, comm/group_backend.h).
+  const bool via_host = comm.backend() != "nccl" && !flat.is_cpu();
+  torch::Tensor buffer = via_host ? flat.to(torch::kCPU) : flat;
   auto request =
-      learner_comm_.allreduce_sum_async(flat.data_ptr(), static_cast<size_t>(flat.numel()), comm::DataType::Float32);
+      comm.allreduce_sum_async(buffer.data_ptr(), static_cast<size_t>(buffer.numel()), comm::DataType::Float32);
   // The receiving threads keep taking episodes meanwhile; this wait has the message deadline.
   request->wait(config_.cluster.message_timeout_s);
+  if (via_host) flat.copy_(buffer);
   flat.div_(static_cast<double>(learners_));
   std::int64_t at = 0;
   for (auto& p : trainable_parameters()) {

@@ -1,9 +1,32 @@
 #pragma once
-// The NCCL backend of Communicator (built when MOERL_WITH_CUDA): device
-// memory, one CUDA stream of its own. MPI bootstraps it: rank 0 of the group
-// creates the NCCL unique id and broadcasts it over the MPI communicator.
-// Waits poll the stream and NCCL's asynchronous error state; a timeout aborts
-// the NCCL communicator (ncclCommAbort) so no rank stays blocked in a kernel.
+// The NCCL backend of Communicator (built when MOERL_WITH_CUDA): one CUDA
+// stream of its own. MPI bootstraps it: rank 0 of the group creates the NCCL
+// unique id and broadcasts it over the MPI communicator. Waits poll the
+// stream and NCCL's asynchronous error state.
+//
+// Memory: device buffers go to NCCL as they are. Host buffers (the weight-sync
+// protocol stages and checksums on the host) are copied into a device buffer
+// of the request's own (stream-ordered cudaMallocAsync, never cudaMalloc,
+// which can wait for the whole device), and copied back out when the request
+// is found complete. The copy-out happens in test(), not on the stream: an
+// actor keeps a header broadcast posted until the next publication, and a
+// device-to-pageable copy queued behind it would block the launching thread.
+//
+// Ordering: the stream is non-blocking, so a collective posted here never
+// holds up LibTorch's work on the default stream (a pending header broadcast
+// would otherwise stall every decode step). Each launch first waits on an
+// event recorded on the legacy default stream, where LibTorch computes
+// unless told otherwise, so a device buffer is read only after its producer
+// wrote it. Consumers wait on the request (host side) before reading.
+//
+// Failure: a request dropped before it completed (a CommTimeout, a peer that
+// never joined) marks the communicator abandoned, and its destructor then
+// aborts the NCCL communicator (ncclCommAbort) rather than ncclCommDestroy,
+// which would wait for the stuck kernel.
+//
+// NCCL refuses two ranks of one communicator on the same GPU ("Duplicate GPU
+// detected"); comm/group_backend.h decides, from every member's host and
+// device, whether a group can use NCCL at all.
 
 #ifdef MOERL_WITH_CUDA
 
@@ -11,9 +34,13 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <memory>
+
 #include "moerl/comm/mpi_communicator.h"
 
 namespace moerl::comm {
+
+struct NcclShared;  // nccl_communicator.cpp: what the communicator shares with its requests
 
 class NcclCommunicator : public Communicator {
  public:
@@ -43,10 +70,23 @@ class NcclCommunicator : public Communicator {
   std::unique_ptr<Communicator> survivors() override;
 
  private:
-  std::unique_ptr<CommRequest> after_launch(std::string what);
+  // A host buffer's device copy for the duration of one request (all null
+  // for a device buffer, which NCCL reads and writes directly).
+  struct Staging {
+    void* host = nullptr;
+    void* device = nullptr;
+    size_t bytes = 0;
+    bool copy_out = false;  // the collective writes the buffer: copy it back on completion
+  };
+  // The pointer NCCL gets for `data`: itself, or its staging copy.
+  static void* nccl_pointer(void* data, const Staging& staging) { return staging.device ? staging.device : data; }
+  Staging stage_in(void* data, size_t bytes, bool copy_in);
+  std::unique_ptr<CommRequest> after_launch(std::string what, Staging staging);
+  void wait_for_default_stream();
 
-  ncclComm_t comm_ = nullptr;
+  std::shared_ptr<NcclShared> shared_;  // comm, streams, abandoned flag: shared with requests
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t producer_done_ = nullptr;  // recorded on the default stream before each launch
   int device_ = 0;
   int rank_ = 0;
   int size_ = 1;

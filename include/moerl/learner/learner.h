@@ -101,6 +101,10 @@ class Learner {
   // One update on the given episodes (all learners call it together).
   StepStats update(const std::vector<const rollout::Trajectory*>& episodes);
 
+  // The group the gradient all-reduce runs on, when not learner_comm (NCCL
+  // between learners on GPUs of their own; comm/group_backend.h). Set before run().
+  void use_gradient_communicator(comm::Communicator& comm) { gradient_comm_ = &comm; }
+
   // Called with every step's statistics, after the step (tests, benchmarks).
   void set_step_observer(std::function<void(const StepStats&)> observer) { step_observer_ = std::move(observer); }
 
@@ -169,6 +173,7 @@ class Learner {
   model::Policy reference_{nullptr};  // frozen starting weights, when [algo] kl is not "none"
   ValueHead value_head_{nullptr};     // PPO's critic; null for the group-relative estimators
   comm::Communicator& learner_comm_;
+  comm::Communicator* gradient_comm_ = nullptr;  // the gradient all-reduce's group; null: learner_comm_
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<sync::WeightPublisher> publisher_;
   comm::Communicator* sync_comm_ = nullptr;             // learner 0: the weight-sync group in use

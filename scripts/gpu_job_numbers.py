@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""One line of numbers from a run directory, for scripts/gpu_job_check.sh:
+training steps per second (between the first and last metrics lines), the
+learner's trained tokens per second, and the weight-sync rates as learner 0
+published and the actors received them (their last reported values)."""
+import json
+import sys
+from pathlib import Path
+
+
+def main(run_dir: str) -> str:
+    lines = [json.loads(l) for l in (Path(run_dir) / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    if len(lines) < 2:
+        return "fewer than 2 metrics lines"
+    first, last = lines[0], lines[-1]
+    seconds = (last["time_ms"] - first["time_ms"]) / 1000.0
+    steps = last["step"] - first["step"]
+    roles = last.get("roles", {})
+
+    def value(role, kind, name):
+        return roles.get(role, {}).get(kind, {}).get(name)
+
+    parts = [f"{steps / seconds:.2f} steps/s" if seconds > 0 else "steps/s n/a"]
+    tokens = value("learner", "counters", "learner.trained_tokens")
+    first_tokens = first.get("roles", {}).get("learner", {}).get("counters", {}).get("learner.trained_tokens")
+    if tokens is not None and first_tokens is not None and seconds > 0:
+        parts.append(f"{(tokens - first_tokens) / seconds:.0f} trained tokens/s")
+    for role, name, label in (("learner", "sync.publish_GB_per_s", "sync publish"),
+                              ("actor", "sync.receive_GB_per_s", "sync receive")):
+        rate = value(role, "gauges", name)
+        if rate is not None:
+            parts.append(f"{label} {rate:.2f} GB/s")
+    return ", ".join(parts)
+
+
+if __name__ == "__main__":
+    try:
+        print(main(sys.argv[1]))
+    except (OSError, ValueError, KeyError) as error:
+        print(f"no numbers ({error})")
