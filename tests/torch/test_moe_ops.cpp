@@ -10,11 +10,13 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "moerl/moe/buffer_pool.h"
 #include "moerl/moe/moe_layer.h"
 #include "moerl/moe/moe_ops.h"
+#include "moerl_kernels/moe.h"
 
 using moerl::config::ModelSection;
 using moerl::config::MoeSection;
@@ -578,6 +580,69 @@ TEST_CASE("moe operators in bf16 equal the float32 operators rounded once", "[mo
                 moe::combine(rows, gates.to(bf).to(f), plan).to(f), 0, 0);
   REQUIRE_THROWS(moe::combine(rows, gates.to(torch::kDouble), plan));
   REQUIRE_THROWS(moe::dispatch(torch::randn({5, 6}).to(torch::kHalf), plan));
+}
+
+TEST_CASE("moe kernels: bf16 CPU twins of the grouped GEMMs equal the float twins rounded once", "[moe][bf16]") {
+  // The twins the CUDA bf16 GEMMs are tested against (tests/gpu), at the GPU
+  // test's sizes: on bf16-valued inputs each bf16 output is the float twin's
+  // output rounded to bf16 (one ulp allowed, as above).
+  namespace mk = moerl::kernels;
+  torch::manual_seed(16);
+  auto to_bf = [](const torch::Tensor& t) {  // float values -> kernel bf16 storage
+    auto b = t.to(torch::kBFloat16).contiguous();
+    const auto* p = reinterpret_cast<const mk::bfloat16*>(b.data_ptr<at::BFloat16>());
+    return std::vector<mk::bfloat16>(p, p + b.numel());
+  };
+  auto to_f = [](const std::vector<mk::bfloat16>& v) {
+    auto t = torch::empty({static_cast<std::int64_t>(v.size())});
+    for (std::size_t i = 0; i < v.size(); ++i) t[i] = mk::bf16_to_float(v[i]);
+    return t;
+  };
+  for (std::int64_t T : {1, 19, 99, 989}) {
+    for (auto [H, E, k, block, D] :
+         {std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>{33, 8, 2, 1, 45},
+          {130, 13, 3, 4, 19}}) {
+      INFO("T=" << T << " H=" << H << " E=" << E << " k=" << k << " block=" << block << " D=" << D);
+      auto plan = moe::make_route_plan(random_choices(T, k, E), E, -1, block);
+      const std::int64_t R = plan.rows;
+      const std::int64_t* off = plan.offsets.data_ptr<std::int64_t>();
+      auto A = torch::randn({R, H}).to(torch::kBFloat16).to(torch::kFloat).contiguous();
+      auto B = torch::randn({E, D, H}).to(torch::kBFloat16).to(torch::kFloat).contiguous();
+      auto G = torch::randn({R, D}).to(torch::kBFloat16).to(torch::kFloat).contiguous();
+      const auto Ab = to_bf(A), Bb = to_bf(B), Gb = to_bf(G);
+      auto C = torch::empty({R, D}), dA = torch::empty({R, H}), dB = torch::empty({E, D, H});
+      std::vector<mk::bfloat16> Cb(R * D), dAb(R * H), dBb(E * D * H);
+      mk::moe_grouped_gemm_nt_cpu<float>(A.data_ptr<float>(), B.data_ptr<float>(), off, R, E, D, H,
+                                         C.data_ptr<float>());
+      mk::moe_grouped_gemm_nt_cpu<mk::bfloat16>(Ab.data(), Bb.data(), off, R, E, D, H, Cb.data());
+      require_close("bf16 twin nt", to_f(Cb), C.view({-1}).to(torch::kBFloat16).to(torch::kFloat), 0, kBf16Ulp);
+      mk::moe_grouped_gemm_nn_cpu<float>(G.data_ptr<float>(), B.data_ptr<float>(), off, R, E, D, H,
+                                         dA.data_ptr<float>());
+      mk::moe_grouped_gemm_nn_cpu<mk::bfloat16>(Gb.data(), Bb.data(), off, R, E, D, H, dAb.data());
+      require_close("bf16 twin nn", to_f(dAb), dA.view({-1}).to(torch::kBFloat16).to(torch::kFloat), 0, kBf16Ulp);
+      mk::moe_grouped_gemm_tn_cpu<float>(G.data_ptr<float>(), A.data_ptr<float>(), off, R, E, D, H,
+                                         dB.data_ptr<float>());
+      mk::moe_grouped_gemm_tn_cpu<mk::bfloat16>(Gb.data(), Ab.data(), off, R, E, D, H, dBb.data());
+      require_close("bf16 twin tn", to_f(dBb), dB.view({-1}).to(torch::kBFloat16).to(torch::kFloat), 0, kBf16Ulp);
+    }
+  }
+  // The conversions round to nearest even as LibTorch's do.
+  auto v = torch::randn({4096}) * 1e3;
+  v[0] = std::nanf("");
+  v[1] = 1.0f + 1.0f / 256;  // a tie: rounds to even (1.0)
+  v[2] = -0.0f;
+  auto ours = to_bf(v);
+  std::vector<mk::bfloat16> mine(ours.size());
+  const auto* vp = v.data_ptr<float>();
+  for (std::int64_t i = 0; i < v.numel(); ++i) mine[i] = mk::float_to_bf16(vp[i]);
+  // NaN: a quiet NaN (LibTorch's vectorised cast may keep other NaN bits).
+  REQUIRE((mine[0].bits & 0x7F80) == 0x7F80);
+  REQUIRE((mine[0].bits & 0x007F) != 0);
+  for (std::size_t i = 1; i < mine.size(); ++i) {
+    INFO("element " << i << " value " << vp[i]);
+    REQUIRE(mine[i].bits == ours[i].bits);
+  }
+  REQUIRE(mine[1].bits == 0x3F80);
 }
 
 TEST_CASE("moe layer with bf16 activations and float32 weights matches float32 and double", "[moe][bf16]") {

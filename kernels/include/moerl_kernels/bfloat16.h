@@ -39,8 +39,9 @@ MOERL_HOST_DEVICE inline float bf16_to_float(bfloat16 v) {
 #endif
 }
 
-// Round to nearest, ties to even; NaN becomes the canonical quiet NaN 0x7FC0
-// (as c10::BFloat16 does).
+// Round to nearest, ties to even; NaN becomes the quiet NaN 0x7FC0 (as
+// c10::BFloat16's scalar conversion does; its vectorised one may keep other
+// NaN bits).
 MOERL_HOST_DEVICE inline bfloat16 float_to_bf16(float f) {
 #if defined(__CUDA_ARCH__)
   const std::uint32_t u = __float_as_uint(f);
