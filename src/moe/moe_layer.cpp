@@ -60,6 +60,14 @@ torch::Tensor as_dtype(const torch::Tensor& w, torch::ScalarType dtype) {
   return w.scalar_type() == dtype ? w : w.to(dtype);
 }
 
+// The router's dtype for a compute dtype: float32 at least. Its logits are a
+// [T,H]x[H,E] product, cheap next to the experts; in float32 they do not flip
+// near-tied expert choices the way bf16 rounding of the logits would, so bf16
+// activations route as float32 ones on the same values do.
+torch::ScalarType router_dtype(torch::ScalarType compute) {
+  return compute == torch::kBFloat16 ? torch::kFloat : compute;
+}
+
 // The aux loss is a loss term: float32 at least, never bf16.
 torch::Tensor loss_dtype(const torch::Tensor& loss, torch::ScalarType compute) {
   return loss.to(compute == torch::kBFloat16 ? torch::kFloat : compute);
@@ -155,8 +163,9 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Te
   check_input(x_in, d_model_);
   const std::int64_t tokens = x_in.size(0);
   const auto dt = moe_compute_dtype(x_in, experts->gate_proj);
-  const auto x = as_dtype(x_in, dt);                       // [T, d_model]
-  auto logits = F::linear(x, as_dtype(gate->weight, dt));  // [T,E]; route() widens to float32
+  const auto x = as_dtype(x_in, dt);  // [T, d_model]
+  const auto rt = router_dtype(dt);
+  auto logits = F::linear(as_dtype(x, rt), as_dtype(gate->weight, rt));  // [T,E]
   RouteResult r = route(logits, routing_, forced_experts);
   RoutePlan plan =
       make_route_plan(r.expert_indices, moe_.num_experts, expert_capacity(routing_, tokens), moe_.block_size);
@@ -190,7 +199,8 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
   // The same dtype rule as the layer (moe_compute_dtype).
   const auto dt = moe_compute_dtype(x_in, layer.experts->gate_proj);
   const auto x = as_dtype(x_in, dt);
-  auto logits = F::linear(x, as_dtype(layer.gate->weight, dt));
+  const auto rt = router_dtype(dt);
+  auto logits = F::linear(as_dtype(x, rt), as_dtype(layer.gate->weight, rt));
   RouteResult r = route(logits, moe, forced_experts);
   const std::int64_t capacity = expert_capacity(moe, tokens);
   auto gates = r.gates.to(x.scalar_type());

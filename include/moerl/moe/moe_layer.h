@@ -33,9 +33,12 @@
 //     gradients reach the float32 parameters as float32 tensors.
 //   - float32 activations, bf16 parameters (an actor holding bf16 weights):
 //     the activations follow the weights and are cast to bf16.
-// MoeOutput::hidden is then bf16; aux_loss stays float32 (a loss term), and
-// the router's softmax, top-k, gates and gate gradients run in float32
-// whatever the activations (moe_ops.h). Other mixes (double with float32,
+// MoeOutput::hidden is then bf16; aux_loss stays float32 (a loss term). The
+// router runs in float32 whatever the activations: its logits are computed in
+// float32 from the bf16 activations (cheap: E columns; bf16 logits would flip
+// near-tied expert choices), and its softmax, top-k, gates and gate gradients
+// are float32 too (moe_ops.h), so bf16 activations pick the same experts as
+// float32 activations holding the same values. Other mixes (double with float32,
 // float16) are rejected. Under CUDA autocast nothing changes: the layer does
 // not consult the autocast state, so the caller picks the activations' dtype.
 
