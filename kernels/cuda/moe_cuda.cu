@@ -106,9 +106,33 @@ __global__ void plan_assign(const std::int64_t* __restrict__ expert_idx, std::in
   row_source[row] = a;
 }
 
-__global__ void dispatch_kernel(const float* __restrict__ x, const std::int64_t* __restrict__ row_source,
+// T is the storage type (float or bfloat16); sums and products run in float.
+template <typename T>
+__global__ void dispatch_kernel(const T* __restrict__ x, const std::int64_t* __restrict__ row_source,
                                 const float* __restrict__ weights, std::int64_t top_k, std::int64_t hidden,
-                                std::int64_t rows, bool vec4, float* __restrict__ out) {
+                                std::int64_t rows, bool vec4, T* __restrict__ out) {
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const std::int64_t a = row_source[r];
+    T* dst = out + r * hidden;
+    if (a < 0) {
+      for (std::int64_t h = threadIdx.x; h < hidden; h += blockDim.x) dst[h] = narrow<T>(0.f);
+      continue;
+    }
+    const T* src = x + (a / top_k) * hidden;
+    if (weights == nullptr) {  // a plain copy: bits unchanged
+      for (std::int64_t h = threadIdx.x; h < hidden; h += blockDim.x) dst[h] = src[h];
+      continue;
+    }
+    const float w = weights[a];
+    for (std::int64_t h = threadIdx.x; h < hidden; h += blockDim.x) dst[h] = narrow<T>(w * widen(src[h]));
+  }
+}
+
+// float rows move as float4 when hidden % 4 == 0 and the bases are aligned.
+template <>
+__global__ void dispatch_kernel<float>(const float* __restrict__ x, const std::int64_t* __restrict__ row_source,
+                                       const float* __restrict__ weights, std::int64_t top_k, std::int64_t hidden,
+                                       std::int64_t rows, bool vec4, float* __restrict__ out) {
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const std::int64_t a = row_source[r];
     float* dst = out + r * hidden;
@@ -132,26 +156,29 @@ __global__ void dispatch_kernel(const float* __restrict__ x, const std::int64_t*
   }
 }
 
-__global__ void combine_kernel(const float* __restrict__ src, const std::int64_t* __restrict__ dest_row,
+// The k rows of a token are summed in a float register and rounded once.
+template <typename T>
+__global__ void combine_kernel(const T* __restrict__ src, const std::int64_t* __restrict__ dest_row,
                                const float* __restrict__ weights, std::int64_t tokens, std::int64_t top_k,
-                               std::int64_t hidden, float* __restrict__ y) {
+                               std::int64_t hidden, T* __restrict__ y) {
   for (std::int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
-    float* dst = y + t * hidden;
+    T* dst = y + t * hidden;
     for (std::int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
       float acc = 0.f;
       for (std::int64_t j = 0; j < top_k; ++j) {
         const std::int64_t a = t * top_k + j;
         const std::int64_t r = dest_row[a];
         if (r < 0) continue;
-        acc += (weights ? weights[a] : 1.f) * src[r * hidden + h];
+        acc += (weights ? weights[a] : 1.f) * widen(src[r * hidden + h]);
       }
-      dst[h] = acc;
+      dst[h] = narrow<T>(acc);
     }
   }
 }
 
-// One warp per assignment.
-__global__ void gate_grad_kernel(const float* __restrict__ grad_y, const float* __restrict__ src,
+// One warp per assignment; the dot product is a float sum whatever T.
+template <typename T>
+__global__ void gate_grad_kernel(const T* __restrict__ grad_y, const T* __restrict__ src,
                                  const std::int64_t* __restrict__ dest_row, std::int64_t assignments,
                                  std::int64_t top_k, std::int64_t hidden, float* __restrict__ grad_w) {
   const int lane = threadIdx.x & 31;
@@ -161,9 +188,9 @@ __global__ void gate_grad_kernel(const float* __restrict__ grad_y, const float* 
     const std::int64_t r = dest_row[a];
     float acc = 0.f;
     if (r >= 0) {
-      const float* g = grad_y + (a / top_k) * hidden;
-      const float* s = src + r * hidden;
-      for (std::int64_t h = lane; h < hidden; h += 32) acc += g[h] * s[h];
+      const T* g = grad_y + (a / top_k) * hidden;
+      const T* s = src + r * hidden;
+      for (std::int64_t h = lane; h < hidden; h += 32) acc += widen(g[h]) * widen(s[h]);
     }
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
     if (lane == 0) grad_w[a] = acc;
@@ -203,16 +230,16 @@ __device__ __forceinline__ void tile_fma(const float (&sa)[BK][BM], const float 
   }
 }
 
-// Row-wise forms. C[r, c] = sum_p A[r, p] * Bop(e(r), p, c), with
+// Row-wise forms (T: float or bfloat16 storage; tiles are staged in shared
+// memory as float, so the reduction is a float sum for both). C[r, c] = sum_p A[r, p] * Bop(e(r), p, c), with
 //   B_NT (forward):  Bop = B[e][c * P + p]   (B[e] is [cols, P])
 //   !B_NT (dgrad):   Bop = B[e][p * cols + c] (B[e] is [P, cols])
 // A row tile may straddle segments: one pass per overlapping expert, each
 // masking A to that expert's rows, so every row sums only its own expert.
-template <bool B_NT>
+template <bool B_NT, typename T>
 __global__ void __launch_bounds__(kGemmThreads)
-    grouped_rows_kernel(const float* __restrict__ A, const float* __restrict__ B,
-                        const std::int64_t* __restrict__ offsets, std::int64_t rows, int experts, std::int64_t cols,
-                        std::int64_t P, float* __restrict__ C) {
+    grouped_rows_kernel(const T* __restrict__ A, const T* __restrict__ B, const std::int64_t* __restrict__ offsets,
+                        std::int64_t rows, int experts, std::int64_t cols, std::int64_t P, T* __restrict__ C) {
   __shared__ float sa[BK][BM];
   __shared__ float sb[BK][BN];
   const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
@@ -226,14 +253,14 @@ __global__ void __launch_bounds__(kGemmThreads)
       const std::int64_t seg_lo = offsets[e] > r0 ? offsets[e] : r0;
       const std::int64_t seg_hi = offsets[e + 1] < tile_end ? offsets[e + 1] : tile_end;
       if (seg_hi <= seg_lo) continue;
-      const float* Be = B + static_cast<std::int64_t>(e) * cols * P;
+      const T* Be = B + static_cast<std::int64_t>(e) * cols * P;
       for (std::int64_t p0 = 0; p0 < P; p0 += BK) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int idx = tid + kGemmThreads * i;  // 64 rows x 16 p
           const int m = idx / BK, kk = idx % BK;
           const std::int64_t r = r0 + m, p = p0 + kk;
-          sa[kk][m] = (r >= seg_lo && r < seg_hi && p < P) ? A[r * P + p] : 0.f;
+          sa[kk][m] = (r >= seg_lo && r < seg_hi && p < P) ? widen(A[r * P + p]) : 0.f;
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -241,11 +268,11 @@ __global__ void __launch_bounds__(kGemmThreads)
           if (B_NT) {  // contiguous along p
             const int n = idx / BK, kk = idx % BK;
             const std::int64_t c = c0 + n, p = p0 + kk;
-            sb[kk][n] = (c < cols && p < P) ? Be[c * P + p] : 0.f;
+            sb[kk][n] = (c < cols && p < P) ? widen(Be[c * P + p]) : 0.f;
           } else {  // contiguous along c
             const int kk = idx / BN, n = idx % BN;
             const std::int64_t c = c0 + n, p = p0 + kk;
-            sb[kk][n] = (c < cols && p < P) ? Be[p * cols + c] : 0.f;
+            sb[kk][n] = (c < cols && p < P) ? widen(Be[p * cols + c]) : 0.f;
           }
         }
         __syncthreads();
@@ -261,16 +288,16 @@ __global__ void __launch_bounds__(kGemmThreads)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const std::int64_t c = c0 + tx + 16 * j;
-      if (c < cols) C[r * cols + c] = acc[i][j];
+      if (c < cols) C[r * cols + c] = narrow<T>(acc[i][j]);
     }
   }
 }
 
 // Weight gradient: C[e][n][q] = sum_{r in segment e} A[r,n] * X[r,q].
+template <typename T>
 __global__ void __launch_bounds__(kGemmThreads)
-    grouped_wgrad_kernel(const float* __restrict__ A, const float* __restrict__ X,
-                         const std::int64_t* __restrict__ offsets, int experts, std::int64_t N, std::int64_t K,
-                         float* __restrict__ C) {
+    grouped_wgrad_kernel(const T* __restrict__ A, const T* __restrict__ X, const std::int64_t* __restrict__ offsets,
+                         int experts, std::int64_t N, std::int64_t K, T* __restrict__ C) {
   __shared__ float sa[BK][BM];
   __shared__ float sb[BK][BN];
   const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
@@ -286,14 +313,14 @@ __global__ void __launch_bounds__(kGemmThreads)
       const int kk = idx / BM, m = idx % BM;
       const std::int64_t r = r0 + kk;
       const std::int64_t n = n0 + m, q = q0 + m;
-      sa[kk][m] = (r < hi && n < N) ? A[r * N + n] : 0.f;
-      sb[kk][m] = (r < hi && q < K) ? X[r * K + q] : 0.f;
+      sa[kk][m] = (r < hi && n < N) ? widen(A[r * N + n]) : 0.f;
+      sb[kk][m] = (r < hi && q < K) ? widen(X[r * K + q]) : 0.f;
     }
     __syncthreads();
     tile_fma(sa, sb, ty, tx, acc);
     __syncthreads();
   }
-  float* Ce = C + static_cast<std::int64_t>(e) * N * K;
+  T* Ce = C + static_cast<std::int64_t>(e) * N * K;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const std::int64_t n = n0 + ty + 16 * i;
@@ -301,7 +328,7 @@ __global__ void __launch_bounds__(kGemmThreads)
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const std::int64_t q = q0 + tx + 16 * j;
-      if (q < K) Ce[n * K + q] = acc[i][j];
+      if (q < K) Ce[n * K + q] = narrow<T>(acc[i][j]);
     }
   }
 }
@@ -345,54 +372,107 @@ cudaError_t moe_plan_cuda(const std::int64_t* expert_idx, std::int64_t tokens, s
   return cudaGetLastError();
 }
 
-cudaError_t moe_dispatch_cuda(const float* x, const std::int64_t* row_source, const float* weights, std::int64_t tokens,
-                              std::int64_t top_k, std::int64_t hidden, std::int64_t rows, float* out,
-                              cudaStream_t stream) {
+namespace {
+
+template <typename T>
+cudaError_t launch_dispatch(const T* x, const std::int64_t* row_source, const float* weights, std::int64_t top_k,
+                            std::int64_t hidden, std::int64_t rows, T* out, cudaStream_t stream) {
   if (rows == 0 || hidden == 0) return cudaSuccess;
   // float4 rows need hidden % 4 == 0 and 16-byte aligned bases (views may be offset).
   const bool vec4 =
       (hidden % 4 == 0) && ((reinterpret_cast<std::uintptr_t>(x) | reinterpret_cast<std::uintptr_t>(out)) & 15) == 0;
-  dispatch_kernel<<<grid_1d(rows), 128, 0, stream>>>(x, row_source, weights, top_k, hidden, rows, vec4, out);
+  dispatch_kernel<T><<<grid_1d(rows), 128, 0, stream>>>(x, row_source, weights, top_k, hidden, rows, vec4, out);
   return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_combine(const T* src, const std::int64_t* dest_row, const float* weights, std::int64_t tokens,
+                           std::int64_t top_k, std::int64_t hidden, T* y, cudaStream_t stream) {
+  if (tokens == 0 || hidden == 0) return cudaSuccess;
+  combine_kernel<T><<<grid_1d(tokens), 128, 0, stream>>>(src, dest_row, weights, tokens, top_k, hidden, y);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_gate_grad(const T* grad_y, const T* src, const std::int64_t* dest_row, std::int64_t tokens,
+                             std::int64_t top_k, std::int64_t hidden, float* grad_w, cudaStream_t stream) {
+  const std::int64_t assignments = tokens * top_k;
+  if (assignments == 0) return cudaSuccess;
+  gate_grad_kernel<T>
+      <<<grid_1d((assignments + 7) / 8), 256, 0, stream>>>(grad_y, src, dest_row, assignments, top_k, hidden, grad_w);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_rows(bool b_nt, const T* A, const T* B, const std::int64_t* offsets, std::int64_t rows,
+                        std::int64_t experts, std::int64_t cols, std::int64_t P, T* C, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((cols + BN - 1) / BN), static_cast<unsigned>((rows + BM - 1) / BM));
+  if (grid.y > 65535u) return cudaErrorInvalidConfiguration;
+  if (b_nt) {
+    grouped_rows_kernel<true, T>
+        <<<grid, kGemmThreads, 0, stream>>>(A, B, offsets, rows, static_cast<int>(experts), cols, P, C);
+  } else {
+    grouped_rows_kernel<false, T>
+        <<<grid, kGemmThreads, 0, stream>>>(A, B, offsets, rows, static_cast<int>(experts), cols, P, C);
+  }
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t launch_wgrad(const T* A, const T* X, const std::int64_t* offsets, std::int64_t experts, std::int64_t N,
+                         std::int64_t K, T* C, cudaStream_t stream) {
+  if (experts == 0 || N == 0 || K == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((K + BN - 1) / BN), static_cast<unsigned>((N + BM - 1) / BM),
+                  static_cast<unsigned>(experts));
+  grouped_wgrad_kernel<T><<<grid, kGemmThreads, 0, stream>>>(A, X, offsets, static_cast<int>(experts), N, K, C);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t moe_dispatch_cuda(const float* x, const std::int64_t* row_source, const float* weights, std::int64_t tokens,
+                              std::int64_t top_k, std::int64_t hidden, std::int64_t rows, float* out,
+                              cudaStream_t stream) {
+  (void)tokens;
+  return launch_dispatch(x, row_source, weights, top_k, hidden, rows, out, stream);
+}
+cudaError_t moe_dispatch_cuda(const bfloat16* x, const std::int64_t* row_source, const float* weights,
+                              std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, std::int64_t rows,
+                              bfloat16* out, cudaStream_t stream) {
+  (void)tokens;
+  return launch_dispatch(x, row_source, weights, top_k, hidden, rows, out, stream);
 }
 
 cudaError_t moe_combine_cuda(const float* src, const std::int64_t* dest_row, const float* weights, std::int64_t tokens,
                              std::int64_t top_k, std::int64_t hidden, float* y, cudaStream_t stream) {
-  if (tokens == 0 || hidden == 0) return cudaSuccess;
-  combine_kernel<<<grid_1d(tokens), 128, 0, stream>>>(src, dest_row, weights, tokens, top_k, hidden, y);
-  return cudaGetLastError();
+  return launch_combine(src, dest_row, weights, tokens, top_k, hidden, y, stream);
+}
+cudaError_t moe_combine_cuda(const bfloat16* src, const std::int64_t* dest_row, const float* weights,
+                             std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, bfloat16* y,
+                             cudaStream_t stream) {
+  return launch_combine(src, dest_row, weights, tokens, top_k, hidden, y, stream);
 }
 
 cudaError_t moe_combine_gate_grad_cuda(const float* grad_y, const float* src, const std::int64_t* dest_row,
                                        std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, float* grad_w,
                                        cudaStream_t stream) {
-  const std::int64_t assignments = tokens * top_k;
-  if (assignments == 0) return cudaSuccess;
-  gate_grad_kernel<<<grid_1d((assignments + 7) / 8), 256, 0, stream>>>(grad_y, src, dest_row, assignments, top_k,
-                                                                       hidden, grad_w);
-  return cudaGetLastError();
+  return launch_gate_grad(grad_y, src, dest_row, tokens, top_k, hidden, grad_w, stream);
 }
-
-namespace {
-cudaError_t launch_rows(bool b_nt, const float* A, const float* B, const std::int64_t* offsets, std::int64_t rows,
-                        std::int64_t experts, std::int64_t cols, std::int64_t P, float* C, cudaStream_t stream) {
-  if (rows == 0 || cols == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>((cols + BN - 1) / BN), static_cast<unsigned>((rows + BM - 1) / BM));
-  if (grid.y > 65535u) return cudaErrorInvalidConfiguration;
-  if (b_nt) {
-    grouped_rows_kernel<true>
-        <<<grid, kGemmThreads, 0, stream>>>(A, B, offsets, rows, static_cast<int>(experts), cols, P, C);
-  } else {
-    grouped_rows_kernel<false>
-        <<<grid, kGemmThreads, 0, stream>>>(A, B, offsets, rows, static_cast<int>(experts), cols, P, C);
-  }
-  return cudaGetLastError();
+cudaError_t moe_combine_gate_grad_cuda(const bfloat16* grad_y, const bfloat16* src, const std::int64_t* dest_row,
+                                       std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, float* grad_w,
+                                       cudaStream_t stream) {
+  return launch_gate_grad(grad_y, src, dest_row, tokens, top_k, hidden, grad_w, stream);
 }
-}  // namespace
 
 cudaError_t moe_grouped_gemm_nt_cuda(const float* A, const float* B, const std::int64_t* offsets, std::int64_t rows,
                                      std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
                                      cudaStream_t stream) {
+  return launch_rows(true, A, B, offsets, rows, experts, N, K, C, stream);
+}
+cudaError_t moe_grouped_gemm_nt_cuda(const bfloat16* A, const bfloat16* B, const std::int64_t* offsets,
+                                     std::int64_t rows, std::int64_t experts, std::int64_t N, std::int64_t K,
+                                     bfloat16* C, cudaStream_t stream) {
   return launch_rows(true, A, B, offsets, rows, experts, N, K, C, stream);
 }
 
@@ -401,15 +481,23 @@ cudaError_t moe_grouped_gemm_nn_cuda(const float* A, const float* B, const std::
                                      cudaStream_t stream) {
   return launch_rows(false, A, B, offsets, rows, experts, K, N, C, stream);
 }
+cudaError_t moe_grouped_gemm_nn_cuda(const bfloat16* A, const bfloat16* B, const std::int64_t* offsets,
+                                     std::int64_t rows, std::int64_t experts, std::int64_t N, std::int64_t K,
+                                     bfloat16* C, cudaStream_t stream) {
+  return launch_rows(false, A, B, offsets, rows, experts, K, N, C, stream);
+}
 
 cudaError_t moe_grouped_gemm_tn_cuda(const float* A, const float* X, const std::int64_t* offsets, std::int64_t rows,
                                      std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
                                      cudaStream_t stream) {
-  if (experts == 0 || N == 0 || K == 0) return cudaSuccess;
-  const dim3 grid(static_cast<unsigned>((K + BN - 1) / BN), static_cast<unsigned>((N + BM - 1) / BM),
-                  static_cast<unsigned>(experts));
-  grouped_wgrad_kernel<<<grid, kGemmThreads, 0, stream>>>(A, X, offsets, static_cast<int>(experts), N, K, C);
-  return cudaGetLastError();
+  (void)rows;
+  return launch_wgrad(A, X, offsets, experts, N, K, C, stream);
+}
+cudaError_t moe_grouped_gemm_tn_cuda(const bfloat16* A, const bfloat16* X, const std::int64_t* offsets,
+                                     std::int64_t rows, std::int64_t experts, std::int64_t N, std::int64_t K,
+                                     bfloat16* C, cudaStream_t stream) {
+  (void)rows;
+  return launch_wgrad(A, X, offsets, experts, N, K, C, stream);
 }
 
 }  // namespace moerl::kernels

@@ -54,6 +54,25 @@ void check_input(const torch::Tensor& x, std::int64_t d_model) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) == d_model, "moe: input must be [T, d_model=", d_model, "], got ", x.sizes());
 }
 
+// w in dtype: a differentiable cast (its backward returns the gradient in w's
+// own dtype, e.g. float32 for float32 master weights), or w itself.
+torch::Tensor as_dtype(const torch::Tensor& w, torch::ScalarType dtype) {
+  return w.scalar_type() == dtype ? w : w.to(dtype);
+}
+
+// The router's dtype for a compute dtype: float32 at least. Its logits are a
+// [T,H]x[H,E] product, cheap next to the experts; in float32 they do not flip
+// near-tied expert choices the way bf16 rounding of the logits would, so bf16
+// activations route as float32 ones on the same values do.
+torch::ScalarType router_dtype(torch::ScalarType compute) {
+  return compute == torch::kBFloat16 ? torch::kFloat : compute;
+}
+
+// The aux loss is a loss term: float32 at least, never bf16.
+torch::Tensor loss_dtype(const torch::Tensor& loss, torch::ScalarType compute) {
+  return loss.to(compute == torch::kBFloat16 ? torch::kFloat : compute);
+}
+
 }  // namespace
 
 std::int64_t expert_capacity(const config::MoeSection& moe, std::int64_t num_tokens) {
@@ -77,7 +96,12 @@ SwiGluImpl::SwiGluImpl(std::int64_t d_model, std::int64_t d_hidden) {
   down_proj = register_module("down_proj", lin(d_hidden, d_model));
 }
 
-torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
+  namespace F = torch::nn::functional;
+  const auto dt = x.scalar_type();
+  auto lin = [&](const torch::nn::Linear& l, const torch::Tensor& v) { return F::linear(v, as_dtype(l->weight, dt)); };
+  return lin(down_proj, torch::silu(lin(gate_proj, x)) * lin(up_proj, x));
+}
 
 MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe)
     : moe_(moe), routing_(moe), d_model_(model.d_model) {
@@ -116,27 +140,44 @@ void MoeFeedForwardImpl::set_active_experts(std::int64_t k) {
   routing_.top_k = k == 0 ? moe_.top_k : k;
 }
 
+torch::ScalarType moe_compute_dtype(const torch::Tensor& x, const torch::Tensor& weight) {
+  const auto a = x.scalar_type(), w = weight.scalar_type();
+  if (a == w) return a;
+  const bool mixed = (a == torch::kBFloat16 && w == torch::kFloat) || (a == torch::kFloat && w == torch::kBFloat16);
+  TORCH_CHECK(mixed, "moe: input dtype ", a, " and parameter dtype ", w,
+              " cannot be mixed (mixed precision is float32 with bfloat16)");
+  return torch::kBFloat16;
+}
+
 torch::Tensor shared_expert_output(MoeFeedForwardImpl& layer, const torch::Tensor& x) {
   torch::Tensor y = layer.shared_expert->forward(x);
-  if (layer.shared_expert_gate) y = torch::sigmoid(layer.shared_expert_gate(x)) * y;
+  if (layer.shared_expert_gate) {
+    namespace F = torch::nn::functional;
+    y = torch::sigmoid(F::linear(x, as_dtype(layer.shared_expert_gate->weight, x.scalar_type()))) * y;
+  }
   return y;
 }
 
-MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x, const torch::Tensor& forced_experts) {
-  check_input(x, d_model_);
-  const std::int64_t tokens = x.size(0);
-  auto logits = gate(x);  // [T,E]
+MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Tensor& forced_experts) {
+  namespace F = torch::nn::functional;
+  check_input(x_in, d_model_);
+  const std::int64_t tokens = x_in.size(0);
+  const auto dt = moe_compute_dtype(x_in, experts->gate_proj);
+  const auto x = as_dtype(x_in, dt);  // [T, d_model]
+  const auto rt = router_dtype(dt);
+  auto logits = F::linear(as_dtype(x, rt), as_dtype(gate->weight, rt));  // [T,E]
   RouteResult r = route(logits, routing_, forced_experts);
   RoutePlan plan =
       make_route_plan(r.expert_indices, moe_.num_experts, expert_capacity(routing_, tokens), moe_.block_size);
   auto rows = dispatch(x, plan);  // [R, d_model]
-  auto expert_out =
-      grouped_swiglu(rows, experts->gate_proj, experts->up_proj, experts->down_proj, plan);  // [R, d_model]
+  auto expert_out = grouped_swiglu(rows, as_dtype(experts->gate_proj, dt), as_dtype(experts->up_proj, dt),
+                                   as_dtype(experts->down_proj, dt), plan);  // [R, d_model]
   MoeOutput out;
-  out.hidden = combine(expert_out, r.gates.to(x.scalar_type()), plan);  // [T, d_model]
+  // Gates stay float32 for bf16 rows (combine accumulates in float).
+  out.hidden = combine(expert_out, r.gates, plan);  // [T, d_model]
   if (shared_expert) out.hidden = out.hidden + shared_expert_output(*this, x);
   out.expert_indices = r.expert_indices;
-  out.aux_loss = (moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss).to(x.scalar_type());
+  out.aux_loss = loss_dtype(moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss, dt);
   if (!collect_stats_) return out;
   // Statistics are host values: one small device-to-host copy per forward,
   // after all the launches of the layer have been queued.
@@ -148,13 +189,18 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x, const torch::Tenso
   return out;
 }
 
-MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& x,
+MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& x_in,
                                 const torch::Tensor& forced_experts) {
+  namespace F = torch::nn::functional;
   config::MoeSection moe = layer.moe_config();
   moe.top_k = layer.active_experts();  // route as the layer does now
-  check_input(x, layer.gate->weight.size(1));
-  const std::int64_t tokens = x.size(0);
-  auto logits = layer.gate(x);
+  check_input(x_in, layer.gate->weight.size(1));
+  const std::int64_t tokens = x_in.size(0);
+  // The same dtype rule as the layer (moe_compute_dtype).
+  const auto dt = moe_compute_dtype(x_in, layer.experts->gate_proj);
+  const auto x = as_dtype(x_in, dt);
+  const auto rt = router_dtype(dt);
+  auto logits = F::linear(as_dtype(x, rt), as_dtype(layer.gate->weight, rt));
   RouteResult r = route(logits, moe, forced_experts);
   const std::int64_t capacity = expert_capacity(moe, tokens);
   auto gates = r.gates.to(x.scalar_type());
@@ -162,9 +208,9 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
   // Per-expert weight views, as a ModuleList of per-expert Linear layers
   // would hold them (unbind once: its backward stacks the gradients once,
   // rather than one full-size gradient per expert as indexing would).
-  auto w_gate = layer.experts->gate_proj.unbind(0);
-  auto w_up = layer.experts->up_proj.unbind(0);
-  auto w_down = layer.experts->down_proj.unbind(0);
+  auto w_gate = as_dtype(layer.experts->gate_proj, dt).unbind(0);
+  auto w_up = as_dtype(layer.experts->up_proj, dt).unbind(0);
+  auto w_down = as_dtype(layer.experts->down_proj, dt).unbind(0);
   std::vector<std::int64_t> loads(moe.num_experts, 0);
   std::int64_t dropped = 0;
   for (std::int64_t e = 0; e < moe.num_experts; ++e) {
@@ -186,7 +232,7 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
   MoeOutput out;
   out.hidden = layer.shared_expert ? y + shared_expert_output(layer, x) : y;
   out.expert_indices = r.expert_indices;
-  out.aux_loss = (moe.aux_loss_weight * r.balance_loss + moe.z_loss_weight * r.z_loss).to(x.scalar_type());
+  out.aux_loss = loss_dtype(moe.aux_loss_weight * r.balance_loss + moe.z_loss_weight * r.z_loss, dt);
   out.stats = stats_from_loads(std::move(loads), dropped);
   return out;
 }

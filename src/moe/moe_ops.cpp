@@ -2,6 +2,11 @@
 // checks dims, dtype, device and contiguity, dispatches on dtype and makes one
 // launcher call into moerl_kernels (CUDA) or splits work across threads with
 // at::parallel_for (CPU).
+//
+// Dtypes: activations float or bfloat16 (CPU and CUDA) or double (CPU only,
+// for gradient checks). Gates and gate gradients are in the accumulation
+// dtype (float for bf16 activations, see accum_dtype), so the router's float32
+// gates are never rounded to bf16.
 
 #include "moerl/moe/moe_ops.h"
 
@@ -41,8 +46,34 @@ void check_int64_vector(const torch::Tensor& t, const char* name) {
 
 void check_rows(const torch::Tensor& t, const char* name, std::int64_t rows) {
   TORCH_CHECK(t.dim() == 2 && t.size(0) == rows, "moe: ", name, " must be [", rows, ", H], got ", t.sizes());
-  TORCH_CHECK(t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble, "moe: ", name,
-              " must be float or double, got ", t.scalar_type());
+  TORCH_CHECK(
+      t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kDouble || t.scalar_type() == torch::kBFloat16,
+      "moe: ", name, " must be float, double or bfloat16, got ", t.scalar_type());
+}
+
+// LibTorch's element type -> the kernels' (the same bits: c10::BFloat16 and
+// moerl::kernels::bfloat16 both hold the upper half of an IEEE float).
+template <typename T>
+struct KernelScalar {
+  using type = T;
+};
+template <>
+struct KernelScalar<at::BFloat16> {
+  using type = k::bfloat16;
+};
+template <typename T>
+using kernel_t = typename KernelScalar<T>::type;
+static_assert(sizeof(at::BFloat16) == sizeof(k::bfloat16), "bf16 layouts differ");
+
+bool is_bf16(const torch::Tensor& t) { return t.scalar_type() == torch::kBFloat16; }
+
+torch::ScalarType accum_dtype(torch::ScalarType activations) {
+  return activations == torch::kBFloat16 ? torch::kFloat : activations;
+}
+
+template <typename T>
+kernel_t<T>* kdata(const torch::Tensor& t) {
+  return reinterpret_cast<kernel_t<T>*>(t.data_ptr<T>());
 }
 
 #ifdef MOERL_WITH_CUDA
@@ -59,8 +90,9 @@ cudaStream_t stream_of(const torch::Tensor& t) {
 #endif
 }
 
-void check_cuda_float(const torch::Tensor& t, const char* name) {
-  TORCH_CHECK(t.scalar_type() == torch::kFloat, "moe: CUDA ", name, " must be float32, got ", t.scalar_type());
+void check_cuda_dtype(const torch::Tensor& t, const char* name) {
+  TORCH_CHECK(t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16, "moe: CUDA ", name,
+              " must be float32 or bfloat16, got ", t.scalar_type());
 }
 
 // Makes t's device current for the launches of this scope.
@@ -95,24 +127,29 @@ torch::Tensor gather_rows(const torch::Tensor& x, const torch::Tensor& row_sourc
   if (rows == 0 || hidden == 0) return out.zero_();
   if (x.is_cuda()) {
 #ifdef MOERL_WITH_CUDA
-    check_cuda_float(x, "dispatch input");
+    check_cuda_dtype(x, "dispatch input");
     DeviceScope scope(x);
-    check_cuda(k::moe_dispatch_cuda(x.data_ptr<float>(), row_source.data_ptr<std::int64_t>(),
-                                    weights.defined() ? weights.data_ptr<float>() : nullptr, tokens, top_k, hidden,
-                                    rows, out.data_ptr<float>(), stream_of(x)),
+    const std::int64_t* src = row_source.data_ptr<std::int64_t>();
+    const float* wp = weights.defined() ? weights.data_ptr<float>() : nullptr;
+    check_cuda(is_bf16(x) ? k::moe_dispatch_cuda(kdata<at::BFloat16>(x), src, wp, tokens, top_k, hidden, rows,
+                                                 kdata<at::BFloat16>(out), stream_of(x))
+                          : k::moe_dispatch_cuda(x.data_ptr<float>(), src, wp, tokens, top_k, hidden, rows,
+                                                 out.data_ptr<float>(), stream_of(x)),
                "moe_dispatch");
     return out;
 #else
     no_cuda_build("dispatch");
 #endif
   }
-  AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "moe_gather_rows", [&] {
-    const scalar_t* xp = x.data_ptr<scalar_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, x.scalar_type(), "moe_gather_rows", [&] {
+    using kt = kernel_t<scalar_t>;
+    using acc_t = k::accum_t<kt>;
+    const kt* xp = kdata<scalar_t>(x);
     const std::int64_t* src = row_source.data_ptr<std::int64_t>();
-    const scalar_t* wp = weights.defined() ? weights.data_ptr<scalar_t>() : nullptr;
-    scalar_t* op = out.data_ptr<scalar_t>();
+    const acc_t* wp = weights.defined() ? weights.data_ptr<acc_t>() : nullptr;
+    kt* op = kdata<scalar_t>(out);
     at::parallel_for(0, rows, row_grain(hidden), [&](std::int64_t b, std::int64_t e) {
-      k::moe_dispatch_cpu<scalar_t>(xp, src + b, wp, tokens, top_k, hidden, e - b, op + b * hidden);
+      k::moe_dispatch_cpu<kt>(xp, src + b, wp, tokens, top_k, hidden, e - b, op + b * hidden);
     });
   });
   return out;
@@ -126,56 +163,68 @@ torch::Tensor scatter_sum(const torch::Tensor& src, const torch::Tensor& dest_ro
   if (tokens == 0 || hidden == 0) return y.zero_();
   if (src.is_cuda()) {
 #ifdef MOERL_WITH_CUDA
-    check_cuda_float(src, "combine input");
+    check_cuda_dtype(src, "combine input");
     DeviceScope scope(src);
-    check_cuda(k::moe_combine_cuda(src.data_ptr<float>(), dest_row.data_ptr<std::int64_t>(),
-                                   weights.defined() ? weights.data_ptr<float>() : nullptr, tokens, top_k, hidden,
-                                   y.data_ptr<float>(), stream_of(src)),
+    const std::int64_t* dest = dest_row.data_ptr<std::int64_t>();
+    const float* wp = weights.defined() ? weights.data_ptr<float>() : nullptr;
+    check_cuda(is_bf16(src) ? k::moe_combine_cuda(kdata<at::BFloat16>(src), dest, wp, tokens, top_k, hidden,
+                                                  kdata<at::BFloat16>(y), stream_of(src))
+                            : k::moe_combine_cuda(src.data_ptr<float>(), dest, wp, tokens, top_k, hidden,
+                                                  y.data_ptr<float>(), stream_of(src)),
                "moe_combine");
     return y;
 #else
     no_cuda_build("combine");
 #endif
   }
-  AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "moe_scatter_sum", [&] {
-    const scalar_t* sp = src.data_ptr<scalar_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, src.scalar_type(), "moe_scatter_sum", [&] {
+    using kt = kernel_t<scalar_t>;
+    using acc_t = k::accum_t<kt>;
+    const kt* sp = kdata<scalar_t>(src);
     const std::int64_t* dest = dest_row.data_ptr<std::int64_t>();
-    const scalar_t* wp = weights.defined() ? weights.data_ptr<scalar_t>() : nullptr;
-    scalar_t* yp = y.data_ptr<scalar_t>();
+    const acc_t* wp = weights.defined() ? weights.data_ptr<acc_t>() : nullptr;
+    kt* yp = kdata<scalar_t>(y);
     at::parallel_for(0, tokens, row_grain(hidden * top_k), [&](std::int64_t b, std::int64_t e) {
-      k::moe_combine_cpu<scalar_t>(sp, dest + b * top_k, wp ? wp + b * top_k : nullptr, e - b, top_k, hidden,
-                                   yp + b * hidden);
+      k::moe_combine_cpu<kt>(sp, dest + b * top_k, wp ? wp + b * top_k : nullptr, e - b, top_k, hidden,
+                             yp + b * hidden);
     });
   });
   return y;
 }
 
-// grad_w[a] = <grad_y[a/k], src[dest_row[a]]>
+// grad_w[a] = <grad_y[a/k], src[dest_row[a]]>, in the accumulation dtype.
 torch::Tensor gate_grad(const torch::Tensor& grad_y, const torch::Tensor& src, const torch::Tensor& dest_row,
                         std::int64_t top_k) {
   const std::int64_t tokens = grad_y.size(0), hidden = grad_y.size(1);
-  auto grad_w = torch::empty({tokens, top_k}, grad_y.options());
+  TORCH_CHECK(grad_y.scalar_type() == src.scalar_type(), "moe: combine gradient dtype ", grad_y.scalar_type(),
+              " != expert output dtype ", src.scalar_type());
+  auto grad_w = torch::empty({tokens, top_k}, grad_y.options().dtype(accum_dtype(grad_y.scalar_type())));
   if (tokens == 0 || top_k == 0) return grad_w;
   if (grad_y.is_cuda()) {
 #ifdef MOERL_WITH_CUDA
+    check_cuda_dtype(grad_y, "combine gradient");
     DeviceScope scope(grad_y);
-    check_cuda(k::moe_combine_gate_grad_cuda(grad_y.data_ptr<float>(), src.data_ptr<float>(),
-                                             dest_row.data_ptr<std::int64_t>(), tokens, top_k, hidden,
-                                             grad_w.data_ptr<float>(), stream_of(grad_y)),
+    const std::int64_t* dest = dest_row.data_ptr<std::int64_t>();
+    float* wp = grad_w.data_ptr<float>();
+    check_cuda(is_bf16(grad_y) ? k::moe_combine_gate_grad_cuda(kdata<at::BFloat16>(grad_y), kdata<at::BFloat16>(src),
+                                                               dest, tokens, top_k, hidden, wp, stream_of(grad_y))
+                               : k::moe_combine_gate_grad_cuda(grad_y.data_ptr<float>(), src.data_ptr<float>(), dest,
+                                                               tokens, top_k, hidden, wp, stream_of(grad_y)),
                "moe_combine_gate_grad");
     return grad_w;
 #else
     no_cuda_build("combine backward");
 #endif
   }
-  AT_DISPATCH_FLOATING_TYPES(grad_y.scalar_type(), "moe_gate_grad", [&] {
-    const scalar_t* gp = grad_y.data_ptr<scalar_t>();
-    const scalar_t* sp = src.data_ptr<scalar_t>();
+  AT_DISPATCH_FLOATING_TYPES_AND(at::ScalarType::BFloat16, grad_y.scalar_type(), "moe_gate_grad", [&] {
+    using kt = kernel_t<scalar_t>;
+    using acc_t = k::accum_t<kt>;
+    const kt* gp = kdata<scalar_t>(grad_y);
+    const kt* sp = kdata<scalar_t>(src);
     const std::int64_t* dest = dest_row.data_ptr<std::int64_t>();
-    scalar_t* wp = grad_w.data_ptr<scalar_t>();
+    acc_t* wp = grad_w.data_ptr<acc_t>();
     at::parallel_for(0, tokens, row_grain(hidden * top_k), [&](std::int64_t b, std::int64_t e) {
-      k::moe_combine_gate_grad_cpu<scalar_t>(gp + b * hidden, sp, dest + b * top_k, e - b, top_k, hidden,
-                                             wp + b * top_k);
+      k::moe_combine_gate_grad_cpu<kt>(gp + b * hidden, sp, dest + b * top_k, e - b, top_k, hidden, wp + b * top_k);
     });
   });
   return grad_w;
@@ -336,21 +385,28 @@ torch::Tensor gemm_cuda(char form, const torch::Tensor& a, const torch::Tensor& 
   const std::int64_t rows = a.size(0);
   const auto* off = offsets.data_ptr<std::int64_t>();
   cudaStream_t stream = stream_of(a);
+  check_cuda_dtype(a, "grouped GEMM operand");
+  TORCH_CHECK(b.scalar_type() == a.scalar_type(), "moe: grouped GEMM operands differ in dtype: ", a.scalar_type(),
+              " and ", b.scalar_type());
   torch::Tensor c;
-  cudaError_t err = cudaSuccess;
   if (form == 't') {
     c = torch::empty({experts, n, kdim}, a.options());
-    err = k::moe_grouped_gemm_tn_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows, experts, n, kdim,
-                                      c.data_ptr<float>(), stream);
   } else if (form == 'f') {  // forward: C [rows,N] = A [rows,K] B[e]^T
     c = torch::empty({rows, n}, a.options());
-    err = k::moe_grouped_gemm_nt_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows, experts, n, kdim,
-                                      c.data_ptr<float>(), stream);
   } else {  // 'n': C [rows,K] = A [rows,N] B[e]
     c = torch::empty({rows, kdim}, a.options());
-    err = k::moe_grouped_gemm_nn_cuda(a.data_ptr<float>(), b.data_ptr<float>(), off, rows, experts, n, kdim,
-                                      c.data_ptr<float>(), stream);
   }
+  // One launcher per form; T is float or k::bfloat16 (float accumulation in both).
+  auto launch = [&](auto* ap, auto* bp, auto* cp) {
+    if (form == 't') return k::moe_grouped_gemm_tn_cuda(ap, bp, off, rows, experts, n, kdim, cp, stream);
+    if (form == 'f') return k::moe_grouped_gemm_nt_cuda(ap, bp, off, rows, experts, n, kdim, cp, stream);
+    return k::moe_grouped_gemm_nn_cuda(ap, bp, off, rows, experts, n, kdim, cp, stream);
+  };
+  const cudaError_t err = is_bf16(a)
+                              ? launch(static_cast<const k::bfloat16*>(kdata<at::BFloat16>(a)),
+                                       static_cast<const k::bfloat16*>(kdata<at::BFloat16>(b)), kdata<at::BFloat16>(c))
+                              : launch(static_cast<const float*>(a.data_ptr<float>()),
+                                       static_cast<const float*>(b.data_ptr<float>()), c.data_ptr<float>());
   check_cuda(err, "moe_grouped_gemm");
   return c;
 }
@@ -368,11 +424,20 @@ class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunc
       const std::int64_t hidden = x.size(1), d_expert = wg.size(1);
       g = gemm_cuda('f', x, wg, offsets, experts, d_expert, hidden);
       u = gemm_cuda('f', x, wu, offsets, experts, d_expert, hidden);
-      h = torch::silu(g) * u;
+      // bf16: the SwiGLU in float, rounded once (not once per elementwise op).
+      h = is_bf16(x) ? (torch::silu(g.to(torch::kFloat)) * u.to(torch::kFloat)).to(torch::kBFloat16)
+                     : torch::silu(g) * u;
       y = gemm_cuda('f', h, wd, offsets, experts, hidden, d_expert);
 #else
       no_cuda_build("grouped_swiglu");
 #endif
+    } else if (is_bf16(x)) {
+      // bf16 on CPU: BLAS has no bf16 GEMM, so the expert compute runs in
+      // float on widened copies (float accumulation, as on CUDA) and only the
+      // output is rounded to bf16. The saved [G | U] and H stay float.
+      const auto f = torch::kFloat;
+      auto a = swiglu_forward_cpu(x.to(f), wg.to(f), wu.to(f), wd.to(f), offsets, experts);
+      g = a.gu, h = a.act, y = a.out.to(torch::kBFloat16);
     } else {
       // CPU saves [G | U] in one buffer as g; u stays undefined.
       auto a = swiglu_forward_cpu(x, wg, wu, wd, offsets, experts);
@@ -393,9 +458,12 @@ class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunc
       DeviceScope scope(x);
       const std::int64_t experts = wg.size(0), hidden = x.size(1), d_expert = wg.size(1);
       auto dh = gemm_cuda('n', dy, wd, offsets, experts, hidden, d_expert);
-      auto sig = torch::sigmoid(g);
-      auto du = (dh * g * sig).contiguous();
-      auto dg = (dh * u * sig * (1 + g * (1 - sig))).contiguous();
+      // The SwiGLU's backward in float for bf16, rounded once per output.
+      const auto f = is_bf16(x) ? torch::kFloat : x.scalar_type();
+      auto gf = g.to(f), uf = u.to(f), dhf = dh.to(f);
+      auto sig = torch::sigmoid(gf);
+      auto du = (dhf * gf * sig).to(x.scalar_type()).contiguous();
+      auto dg = (dhf * uf * sig * (1 + gf * (1 - sig))).to(x.scalar_type()).contiguous();
       dwd = gemm_cuda('t', dy, h, offsets, experts, hidden, d_expert);
       dx = gemm_cuda('n', dg, wg, offsets, experts, d_expert, hidden);
       dx.add_(gemm_cuda('n', du, wu, offsets, experts, d_expert, hidden));
@@ -404,6 +472,12 @@ class GroupedSwiGluFunction : public torch::autograd::Function<GroupedSwiGluFunc
 #else
       no_cuda_build("grouped_swiglu backward");
 #endif
+    } else if (is_bf16(x)) {
+      // As in the forward: float compute on widened copies (g and h were saved
+      // in float), each gradient rounded to bf16 once.
+      const auto f = torch::kFloat, b = torch::kBFloat16;
+      auto r = swiglu_backward_cpu(x.to(f), wg.to(f), wu.to(f), wd.to(f), offsets, g, h, dy.to(f));
+      dx = r.dx.to(b), dwg = r.dwg.to(b), dwu = r.dwu.to(b), dwd = r.dwd.to(b);
     } else {
       auto r = swiglu_backward_cpu(x, wg, wu, wd, offsets, g, h, dy);
       dx = r.dx, dwg = r.dwg, dwu = r.dwu, dwd = r.dwd;
@@ -483,7 +557,10 @@ RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe, co
     if (!forced) r.expert_indices = std::get<1>(torch::topk(lg.detach(), top_k, -1));
     r.gates = torch::softmax(lg.gather(1, r.expert_indices), -1);
   }
-  r.gates = r.gates.to(logits.scalar_type()).contiguous();
+  // Gates stay in the router's dtype (float32 for bf16 logits): combine
+  // weights bf16 expert rows with float gates, and the gate gradient is a
+  // float sum (moe_ops.h).
+  r.gates = r.gates.contiguous();
   if (tokens == 0) {
     r.balance_loss = torch::zeros({}, lg.options());
     r.z_loss = torch::zeros({}, lg.options());
@@ -529,9 +606,15 @@ torch::Tensor combine(const torch::Tensor& expert_out, const torch::Tensor& gate
   check_rows(expert_out, "combine input", plan.rows);
   TORCH_CHECK(gates.dim() == 2 && gates.size(0) == plan.tokens && gates.size(1) == plan.top_k, "moe: gates must be [",
               plan.tokens, ", ", plan.top_k, "], got ", gates.sizes());
-  TORCH_CHECK(gates.scalar_type() == expert_out.scalar_type(), "moe: gates dtype ", gates.scalar_type(),
-              " != expert output dtype ", expert_out.scalar_type());
-  return CombineFunction::apply(expert_out.contiguous(), gates.contiguous(), plan.dest_row, plan.row_source);
+  // bf16 rows take float gates (the router's own); bf16 gates are widened
+  // here (differentiably), so a caller may pass either.
+  const auto gate_dtype = accum_dtype(expert_out.scalar_type());
+  const torch::Tensor g = is_bf16(expert_out) && is_bf16(gates) ? gates.to(gate_dtype) : gates;
+  TORCH_CHECK(g.scalar_type() == gate_dtype, "moe: gates must be ", gate_dtype, " for ", expert_out.scalar_type(),
+              " expert output, got ", gates.scalar_type());
+  TORCH_CHECK(g.device() == expert_out.device(), "moe: gates on ", g.device(), " but expert output on ",
+              expert_out.device());
+  return CombineFunction::apply(expert_out.contiguous(), g.contiguous(), plan.dest_row, plan.row_source);
 }
 
 }  // namespace moerl::moe

@@ -1,5 +1,6 @@
 // Every MoE CUDA kernel against its CPU twin at odd sizes (1, 19, 99, 989
-// tokens; hidden sizes that are not powers of two), with explicit tolerances.
+// tokens; hidden sizes that are not powers of two), with explicit tolerances,
+// in float32 and in bfloat16 storage (float accumulation on both sides).
 // Exit codes: 0 pass, 1 failure, 77 no CUDA device (ctest: skipped).
 //   moerl_gpu_tests           run the checks
 //   moerl_gpu_tests --bench   also time dispatch+combine (GB/s vs a device-to-
@@ -183,6 +184,90 @@ void check_case(std::int64_t T, std::int64_t H, std::int64_t E, std::int64_t k, 
   expect_close("grouped_gemm_tn", where, d_dB.to_host(), dB, 2e-5 * std::sqrt(double(T * k)), 1e-4);
 }
 
+// ---- bfloat16 ----------------------------------------------------------------
+// Inputs are bf16 values on both sides (the CPU twin and the kernel read the
+// same bits), and both accumulate in float and round once on store. So:
+//   - an unweighted dispatch copies bits: exact;
+//   - a weighted dispatch is one float product per element, rounded once
+//     (IEEE multiplication is exactly rounded, nothing to contract): exact;
+//   - combine and the GEMMs sum in float in possibly different orders or with
+//     FMA contraction on the GPU; the float sums agree to float tolerance, and
+//     rounding two such sums to bf16 can land one bf16 ulp apart. bf16 keeps 8
+//     significant bits, so one ulp is at most 2^-7 of the value: tolerance
+//     atol (the float test's) + rtol 2^-7;
+//   - the gate gradient is a float output of a float sum: the float tolerance.
+constexpr double kBf16Ulp = 1.0 / 128;  // 2^-7: one bf16 ulp relative to the value, at worst
+
+std::vector<mk::bfloat16> to_bf16(const std::vector<float>& v) {
+  std::vector<mk::bfloat16> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = mk::float_to_bf16(v[i]);
+  return out;
+}
+
+std::vector<float> to_float(const std::vector<mk::bfloat16>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = mk::bf16_to_float(v[i]);
+  return out;
+}
+
+void check_case_bf16(std::int64_t T, std::int64_t H, std::int64_t E, std::int64_t k, std::int64_t block,
+                     double capacity_factor, std::int64_t D, std::mt19937& rng) {
+  using bf = mk::bfloat16;
+  const std::int64_t cap =
+      capacity_factor > 0 ? static_cast<std::int64_t>(std::ceil(capacity_factor * T * k / double(E))) : -1;
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "bf16 T=%lld H=%lld E=%lld k=%lld blk=%lld cap=%lld", (long long)T, (long long)H,
+                (long long)E, (long long)k, (long long)block, (long long)cap);
+  const std::string where = buf;
+  auto idx = random_experts(T, k, E, rng);
+  HostPlan p = cpu_plan(idx, T, k, E, cap, block);
+  const std::int64_t R = p.rows;
+  // The plan is dtype-free (checked above in float): copy the CPU one over.
+  DeviceBuffer<std::int64_t> offsets(p.offsets), dest(p.dest_row), source(p.row_source);
+
+  auto x = to_bf16(random_floats(T * H, rng));
+  auto w = random_floats(T * k, rng);  // gates stay float
+  DeviceBuffer<bf> d_x(x), d_rows(R * H);
+  DeviceBuffer<float> d_w(w);
+  std::vector<bf> rows_cpu(R * H);
+  for (bool weighted : {false, true}) {
+    const float* wc = weighted ? w.data() : nullptr;
+    mk::moe_dispatch_cpu<bf>(x.data(), p.row_source.data(), wc, T, k, H, R, rows_cpu.data());
+    GPU_CHECK(
+        mk::moe_dispatch_cuda(d_x.ptr, source.ptr, weighted ? d_w.ptr : nullptr, T, k, H, R, d_rows.ptr, nullptr));
+    expect_close(weighted ? "dispatch(weighted)" : "dispatch", where, to_float(d_rows.to_host()), to_float(rows_cpu),
+                 0.0, 0.0);
+  }
+
+  auto src = to_bf16(random_floats(R * H, rng)), gy = to_bf16(random_floats(T * H, rng));
+  DeviceBuffer<bf> d_src(src), d_gy(gy), d_y(T * H);
+  DeviceBuffer<float> d_gw(T * k);
+  std::vector<bf> y_cpu(T * H);
+  std::vector<float> gw_cpu(T * k);
+  mk::moe_combine_cpu<bf>(src.data(), p.dest_row.data(), w.data(), T, k, H, y_cpu.data());
+  GPU_CHECK(mk::moe_combine_cuda(d_src.ptr, dest.ptr, d_w.ptr, T, k, H, d_y.ptr, nullptr));
+  expect_close("combine", where, to_float(d_y.to_host()), to_float(y_cpu), 1e-5, kBf16Ulp);
+  mk::moe_combine_gate_grad_cpu<bf>(gy.data(), src.data(), p.dest_row.data(), T, k, H, gw_cpu.data());
+  GPU_CHECK(mk::moe_combine_gate_grad_cuda(d_gy.ptr, d_src.ptr, dest.ptr, T, k, H, d_gw.ptr, nullptr));
+  expect_close("combine_gate_grad", where, d_gw.to_host(), gw_cpu, 1e-4 * std::sqrt(double(H)), 1e-4);
+
+  auto A = to_bf16(random_floats(R * H, rng)), B = to_bf16(random_floats(E * D * H, rng));
+  auto G = to_bf16(random_floats(R * D, rng));
+  DeviceBuffer<bf> d_A(A), d_B(B), d_G(G), d_C(R * D), d_dA(R * H), d_dB(E * D * H);
+  std::vector<bf> C(R * D), dA(R * H), dB(E * D * H);
+  const double tol_h = 2e-5 * std::sqrt(double(H)), tol_d = 2e-5 * std::sqrt(double(D));
+  mk::moe_grouped_gemm_nt_cpu<bf>(A.data(), B.data(), p.offsets.data(), R, E, D, H, C.data());
+  GPU_CHECK(mk::moe_grouped_gemm_nt_cuda(d_A.ptr, d_B.ptr, offsets.ptr, R, E, D, H, d_C.ptr, nullptr));
+  expect_close("grouped_gemm_nt", where, to_float(d_C.to_host()), to_float(C), tol_h, kBf16Ulp);
+  mk::moe_grouped_gemm_nn_cpu<bf>(G.data(), B.data(), p.offsets.data(), R, E, D, H, dA.data());
+  GPU_CHECK(mk::moe_grouped_gemm_nn_cuda(d_G.ptr, d_B.ptr, offsets.ptr, R, E, D, H, d_dA.ptr, nullptr));
+  expect_close("grouped_gemm_nn", where, to_float(d_dA.to_host()), to_float(dA), tol_d, kBf16Ulp);
+  mk::moe_grouped_gemm_tn_cpu<bf>(G.data(), A.data(), p.offsets.data(), R, E, D, H, dB.data());
+  GPU_CHECK(mk::moe_grouped_gemm_tn_cuda(d_G.ptr, d_A.ptr, offsets.ptr, R, E, D, H, d_dB.ptr, nullptr));
+  expect_close("grouped_gemm_tn", where, to_float(d_dB.to_host()), to_float(dB), 2e-5 * std::sqrt(double(T * k)),
+               kBf16Ulp);
+}
+
 // Median time in ms of `reps` runs of fn, on the default stream.
 template <typename Fn>
 double time_ms(Fn fn, int reps = 20) {
@@ -271,6 +356,14 @@ int main(int argc, char** argv) {
   // > 256 tiles of 256 assignments: the plan's per-expert scan runs several chunks.
   check_case(20011, 24, 64, 8, 1, 0.0, 40, rng);
   check_case(9001, 20, 16, 8, 4, 1.1, 12, rng);
+  for (std::int64_t T : {1, 19, 99, 989}) {
+    for (std::int64_t H : {7, 33, 130}) {
+      check_case_bf16(T, H, 8, 2, 1, 0.0, 45, rng);
+      check_case_bf16(T, H, 13, 3, 4, 1.0, 19, rng);
+    }
+  }
+  check_case_bf16(989, 200, 64, 8, 1, 0.0, 96, rng);
+  check_case_bf16(989, 200, 64, 6, 8, 1.25, 72, rng);
   if (g_failures) {
     std::fprintf(stderr, "moerl_gpu_tests: %d check(s) failed\n", g_failures);
     return 1;

@@ -22,6 +22,25 @@
 //     hidden size is moe.d_shared_expert, or S*d_expert when that is 0.
 // Router equivalences: Mixtral = SoftmaxThenTopK with renormalize (identical to
 // TopKThenSoftmax); Qwen2-MoE = SoftmaxThenTopK, renormalize = norm_topk_prob.
+//
+// Dtypes (moe_compute_dtype): the layer computes in its input's dtype when
+// that is the parameters' dtype (float32, bfloat16; double on CPU for
+// gradient checks). Mixed float32/bfloat16 computes in bfloat16, whichever
+// side is which:
+//   - bf16 activations, float32 parameters (a learner with float32 master
+//     weights running forward/backward in bf16): the router and expert
+//     weights are cast to bf16 inside forward, differentiably, so their
+//     gradients reach the float32 parameters as float32 tensors.
+//   - float32 activations, bf16 parameters (an actor holding bf16 weights):
+//     the activations follow the weights and are cast to bf16.
+// MoeOutput::hidden is then bf16; aux_loss stays float32 (a loss term). The
+// router runs in float32 whatever the activations: its logits are computed in
+// float32 from the bf16 activations (cheap: E columns; bf16 logits would flip
+// near-tied expert choices), and its softmax, top-k, gates and gate gradients
+// are float32 too (moe_ops.h), so bf16 activations pick the same experts as
+// float32 activations holding the same values. Other mixes (double with float32,
+// float16) are rejected. Under CUDA autocast nothing changes: the layer does
+// not consult the autocast state, so the caller picks the activations' dtype.
 
 #include <cstdint>
 #include <vector>
@@ -56,6 +75,7 @@ class MoeExpertsImpl : public torch::nn::Module {
 TORCH_MODULE(MoeExperts);
 
 // A dense SwiGLU: down(silu(gate(x)) * up(x)), used for the shared expert.
+// Computes in x's dtype: weights of another dtype are cast to it (differentiably).
 class SwiGluImpl : public torch::nn::Module {
  public:
   SwiGluImpl(std::int64_t d_model, std::int64_t d_hidden);
@@ -69,7 +89,8 @@ TORCH_MODULE(SwiGlu);
 class MoeFeedForwardImpl : public torch::nn::Module {
  public:
   MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe);
-  // x: [T, d_model]; forced_experts: undefined, or [T, active_experts()] int64 (routing replay)
+  // x: [T, d_model] (dtype rule above); forced_experts: undefined, or
+  // [T, active_experts()] int64 (routing replay)
   MoeOutput forward(const torch::Tensor& x, const torch::Tensor& forced_experts = torch::Tensor());
 
   const config::MoeSection& moe_config() const { return moe_; }
@@ -115,7 +136,13 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
 
 // The shared expert's contribution: shared_expert(x), scaled per token by
 // sigmoid(shared_expert_gate(x)) when the layer has that gate. [T, d_model].
+// Computes in x's dtype (the weights are cast to it).
 torch::Tensor shared_expert_output(MoeFeedForwardImpl& layer, const torch::Tensor& x);
+
+// The dtype the layer computes in for input x and parameter `weight` (the
+// rule above): their common dtype, or bfloat16 for a float32/bfloat16 mix;
+// throws for any other mix.
+torch::ScalarType moe_compute_dtype(const torch::Tensor& x, const torch::Tensor& weight);
 
 // Capacity of one expert for a batch of T tokens: ceil(capacity_factor*T*k/E),
 // or -1 (unbounded, dropless) when capacity_factor <= 0.

@@ -1,7 +1,16 @@
 #pragma once
-// The MoE operators, each with autograd, on CPU (float, double) and CUDA
-// (float): route -> plan -> dispatch -> grouped SwiGLU -> combine. Thin
-// LibTorch adapters over the raw-pointer kernels in moerl_kernels/moe.h.
+// The MoE operators, each with autograd, on CPU (float, bfloat16, double) and
+// CUDA (float, bfloat16): route -> plan -> dispatch -> grouped SwiGLU ->
+// combine. Thin LibTorch adapters over the raw-pointer kernels in
+// moerl_kernels/moe.h.
+//
+// bfloat16: activations and expert weights are stored in bf16; every sum
+// (combine's k rows, dispatch's gradient scatter-add, the gate gradient's dot
+// products, the expert GEMMs and the SwiGLU between them) runs in float32 and
+// is rounded to bf16 once. The router runs in float32: route() returns float32
+// gates for bf16 logits, combine() takes float32 gates with bf16 rows (bf16
+// gates are widened) and returns float32 gate gradients. On CPU the bf16
+// expert GEMMs run through the float32 BLAS path on widened copies.
 // Gradients are first order only (the backward kernels are not themselves
 // differentiable). Include after the LibTorch precompiled header.
 
@@ -41,7 +50,8 @@ struct RouteResult {
 // logits [T,E]. forced_experts: undefined or [T,k] int64 (routing replay: the
 // gates are recomputed over these experts and still depend on the logits).
 // f_e counts the chosen (not forced-away) assignments before capacity; P_e is
-// the mean router probability.
+// the mean router probability. Softmax, top-k, gates and losses are computed
+// in float32 for float32, bf16 or float16 logits (double stays double).
 RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe,
                   const torch::Tensor& forced_experts = torch::Tensor());
 
@@ -55,6 +65,7 @@ torch::Tensor grouped_swiglu(const torch::Tensor& x, const torch::Tensor& w_gate
                              const torch::Tensor& w_down, const RoutePlan& plan);
 
 // expert_out [rows,H], gates [T,k] -> [T,H]: sum over kept choices of gate * row.
+// gates: expert_out's dtype, or float32 (or bf16, widened) for bf16 expert_out.
 torch::Tensor combine(const torch::Tensor& expert_out, const torch::Tensor& gates, const RoutePlan& plan);
 
 }  // namespace moerl::moe

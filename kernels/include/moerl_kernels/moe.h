@@ -20,9 +20,17 @@
 //                              [offsets[E], R) and padding rows are zero.
 // Within an expert's segment assignments keep their order (by a), so the
 // layout is deterministic and identical on CPU and GPU.
+//
+// Element types: Scalar is float, double (CPU only: gradient checks) or
+// bfloat16 (moerl_kernels/bfloat16.h). Gate weights and gate gradients are
+// accum_t<Scalar> (float for bf16): the router's gates stay in float32, and
+// every sum (combine's k expert rows, gradient scatter-adds, dot products,
+// GEMM reductions) accumulates in accum_t and rounds to Scalar once on store.
 
 #include <cstddef>
 #include <cstdint>
+
+#include "moerl_kernels/bfloat16.h"
 
 #ifdef MOERL_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -47,22 +55,22 @@ void moe_plan_cpu(const std::int64_t* expert_idx, std::int64_t tokens, std::int6
 // With weights this is also the backward of combine for the expert outputs.
 // Rows are independent: a caller may pass a sub-range of rows.
 template <typename Scalar>
-void moe_dispatch_cpu(const Scalar* x, const std::int64_t* row_source, const Scalar* weights, std::int64_t tokens,
-                      std::int64_t top_k, std::int64_t hidden, std::int64_t rows, Scalar* out);
+void moe_dispatch_cpu(const Scalar* x, const std::int64_t* row_source, const accum_t<Scalar>* weights,
+                      std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, std::int64_t rows, Scalar* out);
 
 // Combine (a weighted row sum): y[t,:] = sum_j w[t*k+j] * src[dest_row[t*k+j],:]
 // over kept assignments (w = 1 when weights is null). src [rows,H], y [T,H].
 // Without weights this is the backward of dispatch. Tokens are independent: a
 // caller may pass a sub-range of tokens (offsetting dest_row, weights and y).
 template <typename Scalar>
-void moe_combine_cpu(const Scalar* src, const std::int64_t* dest_row, const Scalar* weights, std::int64_t tokens,
-                     std::int64_t top_k, std::int64_t hidden, Scalar* y);
+void moe_combine_cpu(const Scalar* src, const std::int64_t* dest_row, const accum_t<Scalar>* weights,
+                     std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, Scalar* y);
 
 // Gradient of combine for the gate weights:
 // grad_w[a] = <grad_y[a/k,:], src[dest_row[a],:]>, 0 for dropped assignments.
 template <typename Scalar>
 void moe_combine_gate_grad_cpu(const Scalar* grad_y, const Scalar* src, const std::int64_t* dest_row,
-                               std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, Scalar* grad_w);
+                               std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, accum_t<Scalar>* grad_w);
 
 // Grouped GEMMs over the expert segments given by offsets [E+1] (rows >=
 // offsets[E] are written as zero by the two row-wise forms).
@@ -79,7 +87,8 @@ template <typename Scalar>
 void moe_grouped_gemm_tn_cpu(const Scalar* A, const Scalar* X, const std::int64_t* offsets, std::int64_t rows,
                              std::int64_t experts, std::int64_t N, std::int64_t K, Scalar* C);
 
-// CPU grouped SwiGLU, one expert's rows at a time (the adapter runs these
+// CPU grouped SwiGLU (float and double only: the adapter runs bf16 through
+// the float path), one expert's rows at a time (the adapter runs these
 // over (expert, row block) items in parallel; BLAS does the products).
 //   forward:  gu[r] = [x[r] W_gate^T | x[r] W_up^T]   gu [n, 2D]: gate pre-activation, then up
 //             h[r]  = silu(g[r]) * u[r]                h [n, D]
@@ -109,25 +118,46 @@ cudaError_t moe_plan_cuda(const std::int64_t* expert_idx, std::int64_t tokens, s
                           std::int64_t* offsets, std::int64_t* dest_row, std::int64_t* row_source,
                           std::int64_t* dropped, void* workspace, cudaStream_t stream);
 
+// float and bf16 overloads; gate weights and gate gradients are float in both.
 cudaError_t moe_dispatch_cuda(const float* x, const std::int64_t* row_source, const float* weights, std::int64_t tokens,
                               std::int64_t top_k, std::int64_t hidden, std::int64_t rows, float* out,
                               cudaStream_t stream);
+cudaError_t moe_dispatch_cuda(const bfloat16* x, const std::int64_t* row_source, const float* weights,
+                              std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, std::int64_t rows,
+                              bfloat16* out, cudaStream_t stream);
 cudaError_t moe_combine_cuda(const float* src, const std::int64_t* dest_row, const float* weights, std::int64_t tokens,
                              std::int64_t top_k, std::int64_t hidden, float* y, cudaStream_t stream);
+cudaError_t moe_combine_cuda(const bfloat16* src, const std::int64_t* dest_row, const float* weights,
+                             std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, bfloat16* y,
+                             cudaStream_t stream);
 cudaError_t moe_combine_gate_grad_cuda(const float* grad_y, const float* src, const std::int64_t* dest_row,
                                        std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, float* grad_w,
                                        cudaStream_t stream);
+cudaError_t moe_combine_gate_grad_cuda(const bfloat16* grad_y, const bfloat16* src, const std::int64_t* dest_row,
+                                       std::int64_t tokens, std::int64_t top_k, std::int64_t hidden, float* grad_w,
+                                       cudaStream_t stream);
 
-// One launch each, whatever E; segment bounds are read from offsets on the device.
+// One launch each, whatever E; segment bounds are read from offsets on the
+// device. The bf16 forms stage tiles in float (shared memory) and accumulate
+// in float: plain FMA, not tensor cores.
 cudaError_t moe_grouped_gemm_nt_cuda(const float* A, const float* B, const std::int64_t* offsets, std::int64_t rows,
                                      std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
                                      cudaStream_t stream);
+cudaError_t moe_grouped_gemm_nt_cuda(const bfloat16* A, const bfloat16* B, const std::int64_t* offsets,
+                                     std::int64_t rows, std::int64_t experts, std::int64_t N, std::int64_t K,
+                                     bfloat16* C, cudaStream_t stream);
 cudaError_t moe_grouped_gemm_nn_cuda(const float* A, const float* B, const std::int64_t* offsets, std::int64_t rows,
                                      std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
                                      cudaStream_t stream);
+cudaError_t moe_grouped_gemm_nn_cuda(const bfloat16* A, const bfloat16* B, const std::int64_t* offsets,
+                                     std::int64_t rows, std::int64_t experts, std::int64_t N, std::int64_t K,
+                                     bfloat16* C, cudaStream_t stream);
 cudaError_t moe_grouped_gemm_tn_cuda(const float* A, const float* X, const std::int64_t* offsets, std::int64_t rows,
                                      std::int64_t experts, std::int64_t N, std::int64_t K, float* C,
                                      cudaStream_t stream);
+cudaError_t moe_grouped_gemm_tn_cuda(const bfloat16* A, const bfloat16* X, const std::int64_t* offsets,
+                                     std::int64_t rows, std::int64_t experts, std::int64_t N, std::int64_t K,
+                                     bfloat16* C, cudaStream_t stream);
 #endif
 
 }  // namespace moerl::kernels
