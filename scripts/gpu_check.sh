@@ -222,7 +222,12 @@ row "MoE layer on CUDA vs reference (bench)" "$([[ $bbuild_rc -eq 0 ]] && echo "
 if grep -q "cuda layer checked" "$LOG/moe_tests.txt" 2>/dev/null; then
   row "layer on CUDA vs reference" "ran"
 else
-  row "layer on CUDA vs reference" "not run (torch sees no GPU?)"
+  row "layer on CUDA vs reference" "not run (torch sees no GPU, or a check before it failed)"
+fi
+if grep -q "cuda bf16 layer checked" "$LOG/moe_tests.txt" 2>/dev/null; then
+  row "bf16 layer on CUDA vs float32 on CPU" "ran"
+else
+  row "bf16 layer on CUDA vs float32 on CPU" "not run (torch sees no GPU, or a check before it failed)"
 fi
 if [[ -s "$LOG/job_rows.txt" ]]; then
   tee -a "$SUMMARY" <"$LOG/job_rows.txt"
