@@ -194,7 +194,8 @@ bool devices_agreed(const config::Config& config, const runtime::World& world) {
   if (first_failed == INT_MAX) return true;
   if (world.rank() == first_failed) {
     std::cerr << "moerl: " << device.error << "\n";
-    if (world.size() > 1) std::cerr << "moerl: (reported by rank " << world.rank() << "; every rank stops with status 2)\n";
+    if (world.size() > 1)
+      std::cerr << "moerl: (reported by rank " << world.rank() << "; every rank stops with status 2)\n";
   }
   return false;
 }

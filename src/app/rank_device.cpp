@@ -18,7 +18,11 @@ std::string allocation_failure(const torch::Device& device) {
     return "";
   } catch (const c10::Error& error) {
     std::string reason = error.what_without_backtrace();
-    if (const auto end = reason.find('\n'); end != std::string::npos) reason.resize(end);
+    // A CPU-only LibTorch answers with its dispatcher's list of backends; say what that means.
+    for (const char* cpu_only : {"'CUDA' backend", "not compiled with CUDA", "not linked with support for cuda"})
+      if (reason.find(cpu_only) != std::string::npos) return "this LibTorch is built without CUDA";
+    // Else LibTorch's first sentence (a CUDA error: driver, visibility, memory).
+    if (const auto end = reason.find_first_of(".\n"); end != std::string::npos) reason.resize(end);
     return reason.empty() ? "LibTorch could not allocate on it" : reason;
   } catch (const std::exception& error) {
     return error.what();
@@ -42,17 +46,20 @@ RankDevice resolve_rank_device(const config::Config& config, const runtime::Worl
                           world.hostname() + " (local rank " + std::to_string(world.local_rank()) + ")";
   std::string problem;
   if (!choice) {
-    problem = who + " has no usable CUDA device: LibTorch sees none (" + visible_devices_note() +
-              "); allocating on cuda:0 says: " + allocation_failure(torch::Device(torch::kCUDA, 0));
+    problem = who + " has no usable CUDA device: " + allocation_failure(torch::Device(torch::kCUDA, 0)) +
+              " (LibTorch sees no CUDA device; " + visible_devices_note() + ")";
   } else if (choice->cuda) {
-    const std::string failure = allocation_failure(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(choice->index)));
+    const std::string failure =
+        allocation_failure(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(choice->index)));
     if (!failure.empty()) problem = who + " cannot use " + choice->label() + ": " + failure;
     result.device = *choice;
   }
   if (!problem.empty()) {
     result.device = runtime::DeviceChoice{};
-    result.error = config.issue("run.device", problem + "; set run.device = \"cpu\" (--set run.device=cpu) or run "
-                                                        "the learners and actors on hosts with a CUDA device")
+    result.error = config
+                       .issue("run.device", problem +
+                                                "; set run.device = \"cpu\" (--set run.device=cpu) or run "
+                                                "the learners and actors on hosts with a CUDA device")
                        .text();
   }
   return result;

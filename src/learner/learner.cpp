@@ -83,9 +83,8 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
     MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
     sync_comm_ = sync_comm;
     host_weights_ = std::make_unique<sync::HostWeights>(*policy_);
-    publisher_ =
-        std::make_unique<sync::WeightPublisher>(*sync_comm, host_weights_->views(),
-                                                sync::sync_options(config.sync, config.cluster.message_timeout_s));
+    publisher_ = std::make_unique<sync::WeightPublisher>(
+        *sync_comm, host_weights_->views(), sync::sync_options(config.sync, config.cluster.message_timeout_s));
   }
   if (world.is_coordinator()) {
     checkpoints_ = std::make_unique<CheckpointSchedule>(config);
@@ -265,9 +264,8 @@ void Learner::recover_sync_group() {
   // header broadcasts fail once the group is revoked, which survivors() does).
   sync_survivors_ = sync_comm_->survivors();
   sync_comm_ = sync_survivors_.get();
-  publisher_ =
-      std::make_unique<sync::WeightPublisher>(*sync_comm_, host_weights_->views(),
-                                              sync::sync_options(config_.sync, config_.cluster.message_timeout_s));
+  publisher_ = std::make_unique<sync::WeightPublisher>(
+      *sync_comm_, host_weights_->views(), sync::sync_options(config_.sync, config_.cluster.message_timeout_s));
   telemetry::metrics().add("learner.sync_recoveries");
   spdlog::warn("learner 0: weight-sync group rebuilt with {} members; publishing version {} again", sync_comm_->size(),
                version_);

@@ -10,9 +10,9 @@ MixedPrecision::MixedPrecision(torch::nn::Module& master, torch::nn::Module& com
                                                      " parameters, the compute copy " +
                                                      std::to_string(compute_.size()));
   for (size_t i = 0; i < master_.size(); ++i) {
-    MOERL_CHECK(master_[i].sizes() == compute_[i].sizes(),
-                "mixed precision: parameter " + std::to_string(i) + " is " + c10::str(master_[i].sizes()) +
-                    " in the master, " + c10::str(compute_[i].sizes()) + " in the compute copy");
+    MOERL_CHECK(master_[i].sizes() == compute_[i].sizes(), "mixed precision: parameter " + std::to_string(i) + " is " +
+                                                               c10::str(master_[i].sizes()) + " in the master, " +
+                                                               c10::str(compute_[i].sizes()) + " in the compute copy");
     MOERL_CHECK(master_[i].scalar_type() == torch::kFloat32,
                 "mixed precision: master weights must be float32, parameter " + std::to_string(i) + " is " +
                     std::string(c10::toString(master_[i].scalar_type())));

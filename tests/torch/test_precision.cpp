@@ -78,7 +78,7 @@ torch::Tensor next_token_logprobs(Policy& policy, const torch::Tensor& tokens, c
   const moerl::model::PolicyOutput out = policy->forward(tokens, lengths);
   const torch::Tensor flat = tokens.reshape({-1}).index_select(0, out.token_index);
   // Position t predicts token t + 1 of its row; the last one is scored against the first (any target does).
-  const torch::Tensor targets = flat.roll(-1);
+  const torch::Tensor targets = torch::roll(flat, {-1}, {0});
   return moerl::learner::target_logprobs(out.logits, targets);
 }
 
@@ -126,8 +126,8 @@ TEST_CASE("mixed precision: float32 master gradients from the bf16 copy, summed 
     CHECK(copies[i].to(torch::kFloat32).equal(masters[i].to(torch::kBFloat16).to(torch::kFloat32)));
   }
 
-  const auto [tokens, lengths] = token_rows(3, 24);
-  auto loss_of = [&](Policy& p) { return -next_token_logprobs(p, tokens, lengths).mean(); };
+  const auto rows = token_rows(3, 24);
+  auto loss_of = [&rows](Policy& p) { return -next_token_logprobs(p, rows.first, rows.second).mean(); };
   // Two micro-batches on the bf16 copy.
   for (int micro = 0; micro < 2; ++micro) {
     const torch::Tensor loss = loss_of(compute);

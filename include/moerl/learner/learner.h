@@ -171,12 +171,12 @@ class Learner {
   const config::Config& config_;
   const runtime::World& world_;
   runtime::Mailbox& mailbox_;
-  model::Policy policy_;               // the float32 master weights (optimizer, checkpoints, weight sync)
-  model::Policy compute_{nullptr};     // forward and backward: policy_ itself, or its bf16 copy ([run] dtype)
+  model::Policy policy_;                   // the float32 master weights (optimizer, checkpoints, weight sync)
+  model::Policy compute_{nullptr};         // forward and backward: policy_ itself, or its bf16 copy ([run] dtype)
   std::unique_ptr<MixedPrecision> mixed_;  // policy_ <-> compute_ when they differ
   torch::Device device_ = torch::kCPU;     // where policy_ lives ([run] device)
-  model::Policy reference_{nullptr};  // frozen starting weights in the compute dtype, when [algo] kl is not "none"
-  ValueHead value_head_{nullptr};     // PPO's critic; null for the group-relative estimators
+  model::Policy reference_{nullptr};       // frozen starting weights in the compute dtype, when [algo] kl is not "none"
+  ValueHead value_head_{nullptr};          // PPO's critic; null for the group-relative estimators
   comm::Communicator& learner_comm_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<sync::HostWeights> host_weights_;  // learner 0: the float32 host bytes it publishes
