@@ -105,12 +105,13 @@ TEST_CASE("a bf16 policy returns float32 logits, and its log-probs stay close to
   const double max_gap = (a - b).abs().max().item<double>();
   const double mean_gap = (a - b).abs().mean().item<double>();
   // bf16 keeps 8 mantissa bits (relative rounding 2^-9 per operation); over two
-  // layers of this model the log-probs (about -5.6 nats) move by a few
-  // hundredths at most. The bound is what the learner's importance ratio can
-  // absorb (exp(0.05) = 1.05, inside the default clip of 0.2).
+  // layers of this model the log-probs (about -5.6 nats) move by 0.008 at most
+  // (measured: mean 0.002). The bound, 0.03 nats, is far inside what the
+  // learner's clipped importance ratio absorbs (exp(0.03) = 1.03 against a
+  // clip of 0.2).
   INFO("max |logp_fp32 - logp_bf16| = " << max_gap << ", mean " << mean_gap);
-  CHECK(max_gap < 0.05);
-  CHECK(mean_gap < 0.01);
+  CHECK(max_gap < 0.03);
+  CHECK(mean_gap < 0.005);
   CHECK(max_gap > 0);  // it did compute in bf16
 }
 
@@ -148,8 +149,9 @@ TEST_CASE("mixed precision: float32 master gradients from the bf16 copy, summed 
     const double scale = expected[i].grad().abs().max().item<double>() + 1e-6;
     worst = std::max(worst, (masters[i].grad() - expected[i].grad()).abs().max().item<double>() / scale);
   }
+  // Measured 0.012: bf16 rounding of the activations, not a lost or doubled micro-batch (that would be 0.5 or 1).
   INFO("worst gradient gap relative to the parameter's largest gradient: " << worst);
-  CHECK(worst < 0.1);
+  CHECK(worst < 0.05);
 
   // An optimizer step on the master, then refresh: the copy follows, the master stays float32.
   torch::optim::AdamW optimizer(master->parameters(), torch::optim::AdamWOptions(1e-2));
@@ -220,7 +222,7 @@ TEST_CASE("an actor's bf16 policy generates with a bf16 KV cache and float32 beh
       const double expected = logp[position - 1][turn.tokens[k]].item<double>();
       INFO("session " << id << " token " << k);
       CHECK(std::isfinite(turn.logprobs[k]));
-      CHECK(std::abs(turn.logprobs[k] - expected) < 0.05);
+      CHECK(std::abs(turn.logprobs[k] - expected) < 0.03);
     }
   }
   for (const auto& p : policy->parameters()) CHECK(p.scalar_type() == torch::kBFloat16);
@@ -288,4 +290,33 @@ TEST_CASE("a checkpoint written from float32 master weights loads into bf16 para
   const auto want = master->parameters();
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i].equal(want[i].to(torch::kBFloat16)));
   std::filesystem::remove_all(dir);
+}
+
+// Waits for bfloat16 in the MoE operators (src/moe): hidden until then; run it
+// with `moerl_torch_tests "[precision_moe]"`. The same claims as above with
+// MoE layers (routing replayed, so both dtypes use the same experts).
+TEST_CASE("a bf16 MoE policy's log-probs stay close to float32's, and its gradients reach the master",
+          "[.][precision_moe]") {
+  MoeSection moe;
+  moe.enabled = true;
+  moe.num_experts = 4;
+  moe.top_k = 2;
+  moe.d_expert = 32;
+  torch::manual_seed(21);
+  Policy master(dense_model(), moe);
+  Policy compute(dense_model(), moe);
+  compute->to(torch::kBFloat16);
+  moerl::learner::MixedPrecision mixed(*master, *compute);
+  const auto rows = token_rows(3, 32);
+  const moerl::model::PolicyOutput routed = master->forward(rows.first, rows.second);
+  const moerl::model::PolicyOutput out = compute->forward(rows.first, rows.second, routed.expert_indices);
+  const torch::Tensor flat = rows.first.reshape({-1}).index_select(0, out.token_index);
+  const torch::Tensor targets = torch::roll(flat, {-1}, {0});
+  const torch::Tensor a = moerl::learner::target_logprobs(routed.logits, targets);
+  const torch::Tensor b = moerl::learner::target_logprobs(out.logits, targets);
+  CHECK((a - b).abs().max().item<double>() < 0.03);
+  (-b.mean() + out.aux_loss.to(torch::kFloat32)).backward();
+  mixed.accumulate_gradients();
+  for (const auto& p : master->parameters())
+    if (p.grad().defined()) CHECK(p.grad().scalar_type() == torch::kFloat32);
 }
