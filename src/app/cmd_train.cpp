@@ -14,6 +14,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "moerl/app/rank_device.h"
 #include "moerl/app/roles.h"
 #include "moerl/config/config.h"
 #include "moerl/config/fault_plan.h"
@@ -180,8 +181,28 @@ int finish_job(const runtime::World& world, runtime::Mailbox& mailbox, runtime::
   return status;
 }
 
+// [run] device: every rank checks its own device (runtime/compute_device.h)
+// before any work, and all agree through one all-reduce, as they do on the
+// configuration: if any rank has no usable device, the lowest such rank
+// prints why (naming run.device, its rank and host) and every rank stops
+// with status 2. A dry run plans ranks without touching devices.
+bool devices_agreed(const config::Config& config, const runtime::World& world) {
+  const RankDevice device = resolve_rank_device(config, world);
+  const int mine = device.error.empty() ? INT_MAX : world.rank();
+  int first_failed = INT_MAX;
+  MOERL_MPI_CHECK(MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, world.world_comm()));
+  if (first_failed == INT_MAX) return true;
+  if (world.rank() == first_failed) {
+    std::cerr << "moerl: " << device.error << "\n";
+    if (world.size() > 1)
+      std::cerr << "moerl: (reported by rank " << world.rank() << "; every rank stops with status 2)\n";
+  }
+  return false;
+}
+
 int run_roles(const config::Config& config, const TrainOptions& options, const runtime::PlacedWorld& placed) {
   runtime::World world(config, placed.comm());
+  if (!options.dry_run && !devices_agreed(config, world)) return config::kConfigErrorExitStatus;
   std::string per_rank_file;
   if (config.telemetry.per_rank_log_files)
     per_rank_file = config.run_directory() + "/logs/rank-" + std::to_string(world.rank()) + ".log";

@@ -5,13 +5,16 @@
 #include <chrono>
 #include <thread>
 
+#include "moerl/app/rank_device.h"
 #include "moerl/comm/mpi_communicator.h"
+#include "moerl/core/check.h"
 #include "moerl/env/env_release.h"
 #include "moerl/env/env_worker.h"
 #include "moerl/model/hf_policy_loader.h"
 #include "moerl/learner/learner.h"
 #include "moerl/learner/pretrain.h"
 #include "moerl/model/param_report.h"
+#include "moerl/model/precision.h"
 #include "moerl/rollout/actor.h"
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/runtime/metrics_report.h"
@@ -28,6 +31,22 @@ model::Policy make_policy(const config::Config& config, const std::string& init_
                                                                        : model::load_hf_policy(config);
   if (!init_path.empty()) learner::load_policy(policy, init_path);
   return policy;
+}
+
+torch::Device torch_device(const runtime::DeviceChoice& choice) {
+  return choice.cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(choice.index))
+                     : torch::Device(torch::kCPU);
+}
+
+// [run] device and dtype. The policy is built and loaded on the host (every
+// rank alike), then moved once: a learner's stays float32 (its master
+// weights; the Learner computes on a bf16 copy of them when run.dtype says
+// so), an actor's takes run.dtype directly (it has no master copy).
+torch::Device rank_device(const config::Config& config, const runtime::World& world) {
+  const RankDevice resolved = resolve_rank_device(config, world);
+  // run_roles checked every rank before any work; this only repeats its verdict.
+  MOERL_CHECK(resolved.error.empty(), resolved.error);
+  return torch_device(resolved.device);
 }
 
 // rollout.moe_top_k: the actors route with another k than the learner
@@ -85,6 +104,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       model::Policy policy = make_policy(config, init_path);
       policy->eval();
       torch::NoGradGuard no_grad;
+      policy->to(rank_device(config, world), model::compute_dtype(config.run.dtype));
       comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
       rollout::Actor actor(config, world, mailbox, policy, sync_comm, heartbeat ? &heartbeat->load() : nullptr,
                            world.role() == runtime::Role::StandbyActor);
@@ -99,6 +119,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
         std::printf("%s\n", params.format().c_str());
         note_rollout_experts(config);
       }
+      policy->to(rank_device(config, world));
       comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
       std::unique_ptr<comm::MpiCommunicator> sync_comm;
       if (world.is_coordinator())

@@ -153,6 +153,14 @@ SectionSpec run_section() {
           "Bitwise-reproducible runs on CPU at some speed cost: one compute thread per rank, every "
           "session decoded alone, sampling seeded by (run seed, task seed, sample index, position), "
           "episodes trained in (group, sample) order. Needs sync.asynchronous = false.");
+  b.choice("device", &RunSection::device, {{"cpu", RunDevice::Cpu}, {"cuda", RunDevice::Cuda}},
+           "Where learners and actors compute (env workers always use the CPU). cuda: each rank takes "
+           "cuda:(local rank % visible devices), the local rank from OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID "
+           "or the ranks sharing the host; a rank without a usable CUDA device stops the job before any work.");
+  b.choice("dtype", &RunSection::dtype, {{"float32", RunDtype::Float32}, {"bfloat16", RunDtype::BFloat16}},
+           "Compute dtype of the policy. bfloat16: learners keep float32 master weights and optimizer state and "
+           "run forward and backward on a bfloat16 copy (log-probs and losses in float32); actors hold bfloat16 "
+           "weights. Weights travel and checkpoints are stored in float32 either way.");
   return spec;
 }
 

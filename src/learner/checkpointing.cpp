@@ -159,7 +159,15 @@ LearnerState read_version(const storage::CheckpointStore& store, std::int64_t ve
     torch::NoGradGuard no_grad;
     for (const auto& [name, tensor] : arrays) {
       torch::Tensor p = tensor;
-      reader.read_into(name, p.data_ptr(), static_cast<size_t>(p.numel()) * sizeof(float));
+      const size_t bytes = static_cast<size_t>(p.numel()) * sizeof(float);
+      if (p.device().is_cpu() && p.scalar_type() == torch::kFloat32 && p.is_contiguous()) {
+        reader.read_into(name, p.data_ptr(), bytes);
+      } else {
+        // A parameter on a device (or in another dtype): through a host buffer.
+        torch::Tensor host = torch::empty(p.sizes(), torch::kFloat32);
+        reader.read_into(name, host.data_ptr(), bytes);
+        p.copy_(host);
+      }
     }
   }
   if (optimizer) {
@@ -245,7 +253,9 @@ std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& p
   std::filesystem::create_directories(store.directory());
   auto writer = store.shard_writer(state.version, 0, 1);
   for (const auto& [name, tensor] : trained_arrays(policy, value_head)) {
-    const torch::Tensor p = tensor.detach().to(torch::kFloat32).contiguous();
+    // Host float32 bytes whatever the device: a CPU float32 parameter as it
+    // is, a device one copied to the host one tensor at a time.
+    const torch::Tensor p = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     writer->add_array(name, storage::DType::Float32, storage::Shape(p.sizes().begin(), p.sizes().end()), p.data_ptr(),
                       static_cast<size_t>(p.numel()) * sizeof(float));
   }

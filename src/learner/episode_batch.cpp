@@ -114,6 +114,21 @@ EpisodeTurns episode_turns(const std::vector<const rollout::Trajectory*>& episod
   return turns;
 }
 
+EpisodeBatch batch_on_device(const EpisodeBatch& batch, const torch::Device& device) {
+  auto move = [&](const torch::Tensor& t) { return t.defined() ? t.to(device) : t; };
+  EpisodeBatch out;
+  out.inputs = move(batch.inputs);
+  out.lengths = batch.lengths;  // Policy reads the row lengths on the host: no round trip
+  out.targets = move(batch.targets);
+  out.loss_mask = move(batch.loss_mask);
+  out.behaviour_logprobs = move(batch.behaviour_logprobs);
+  out.versions = move(batch.versions);
+  out.sequence_index = move(batch.sequence_index);
+  out.forced_experts = move(batch.forced_experts);
+  out.generated_tokens = batch.generated_tokens;
+  return out;
+}
+
 torch::Tensor target_logprobs(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::log_softmax(logits.to(torch::kFloat32), -1).gather(1, targets.unsqueeze(1)).squeeze(1);
 }

@@ -13,6 +13,7 @@
 
 #include "moerl/core/check.h"
 #include "moerl/learner/checkpointing.h"
+#include "moerl/model/precision.h"
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/sync/module_weights.h"
@@ -45,12 +46,22 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
       // progress watch's limit: before the watch would stop a job waiting for nothing else.
       inbox_(static_cast<int>(config.rollout.group_size), config.cluster.message_timeout_s / 2) {
   learners_ = learner_comm.size();
+  device_ = policy_->embed_tokens->weight.device();
+  compute_ = policy_;
+  if (model::is_mixed_precision(config.run.dtype)) {
+    // The compute copy: same architecture, run.dtype, on the master's device.
+    compute_ = model::Policy(config.model, config.moe);
+    compute_->to(device_, model::compute_dtype(config.run.dtype));
+    mixed_ = std::make_unique<MixedPrecision>(*policy_, *compute_);
+  }
   auto options = torch::optim::AdamWOptions(config.optim.lr)
                      .betas(std::make_tuple(config.optim.beta1, config.optim.beta2))
                      .weight_decay(config.optim.weight_decay);
   optimizer_ = std::make_unique<torch::optim::AdamW>(policy_->parameters(), options);
   if (config.algo.advantage == config::AdvantageEstimator::Ppo) {
+    // A float32 critic beside the policy: it is small, and reads the hidden state widened to float32.
     value_head_ = ValueHead(config.model.d_model);
+    value_head_->to(device_);
     auto value_options = std::make_unique<torch::optim::AdamWOptions>(options);
     value_options->lr(config.optim.lr * config.algo.value_lr_scale);
     optimizer_->add_param_group(torch::optim::OptimizerParamGroup(value_head_->parameters(), std::move(value_options)));
@@ -58,6 +69,8 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
   if (config.algo.kl != config::KlMode::None) {
     // The frozen reference: a copy of the starting weights.
     reference_ = model::Policy(config.model, config.moe);
+    // Inference only: no master copy, the compute dtype directly.
+    reference_->to(device_, model::compute_dtype(config.run.dtype));
     torch::NoGradGuard no_grad;
     auto source = policy_->parameters();
     auto target = reference_->parameters();
@@ -69,9 +82,9 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
     coordinator_ = std::make_unique<Coordinator>(config, world, mailbox, learners_, inbox_, heartbeat);
     MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
     sync_comm_ = sync_comm;
-    publisher_ =
-        std::make_unique<sync::WeightPublisher>(*sync_comm, sync::module_weight_views(*policy_),
-                                                sync::sync_options(config.sync, config.cluster.message_timeout_s));
+    host_weights_ = std::make_unique<sync::HostWeights>(*policy_);
+    publisher_ = std::make_unique<sync::WeightPublisher>(
+        *sync_comm, host_weights_->views(), sync::sync_options(config.sync, config.cluster.message_timeout_s));
   }
   if (world.is_coordinator()) {
     checkpoints_ = std::make_unique<CheckpointSchedule>(config);
@@ -81,6 +94,7 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
   rng_states_.assign(static_cast<size_t>(learners_), {});
   if (!resume.empty()) {
     if (const auto state = load_checkpoint(config, resume, *policy_, optimizer_.get(), value_head_module())) {
+      if (mixed_) mixed_->refresh();
       step_ = state->step;
       version_ = state->version;
       staleness_ = state->staleness;
@@ -218,6 +232,7 @@ void Learner::roll_back_to(std::int64_t version) {
   const std::int64_t from = version_;
   const LearnerState loaded =
       load_checkpoint_version(config_, version, *policy_, optimizer_.get(), value_head_module());
+  if (mixed_) mixed_->refresh();
   // A new policy version carries the rolled-back weights, so that every
   // trajectory's versions stay monotonic and staleness keeps its meaning.
   ++version_;
@@ -249,13 +264,13 @@ void Learner::recover_sync_group() {
   // header broadcasts fail once the group is revoked, which survivors() does).
   sync_survivors_ = sync_comm_->survivors();
   sync_comm_ = sync_survivors_.get();
-  publisher_ =
-      std::make_unique<sync::WeightPublisher>(*sync_comm_, sync::module_weight_views(*policy_),
-                                              sync::sync_options(config_.sync, config_.cluster.message_timeout_s));
+  publisher_ = std::make_unique<sync::WeightPublisher>(
+      *sync_comm_, host_weights_->views(), sync::sync_options(config_.sync, config_.cluster.message_timeout_s));
   telemetry::metrics().add("learner.sync_recoveries");
   spdlog::warn("learner 0: weight-sync group rebuilt with {} members; publishing version {} again", sync_comm_->size(),
                version_);
   if (version_ > 0) {
+    host_weights_->pull();  // nothing is in flight: the publisher was abandoned
     publisher_->publish(version_);
     published_version_ = version_;
   }
@@ -284,6 +299,9 @@ void Learner::publish_weights() {
     if (!wait_for_publication()) return;
     if (published_version_ == version_) return;  // a recovery republished it already
     if (runtime::fault_hooks().corrupt_next_publication.exchange(false)) publisher_->corrupt_next_publication(0);
+    // Device or bf16 weights to their float32 host bytes; the previous
+    // publication no longer reads them (it completed above).
+    host_weights_->pull();
     publisher_->publish(version_);
     published_version_ = version_;
   });

@@ -41,6 +41,17 @@ algo::PolicyLossOptions loss_options(const config::AlgoSection& a, std::int64_t 
   return o;
 }
 
+// CRC-32C of a module's float32 host bytes, parameter by parameter: the
+// parameters' own bytes on the CPU (no copy), one host copy at a time of a
+// device's (a device pointer must never reach the host checksum).
+std::uint32_t weights_crc(torch::nn::Module& module, std::uint32_t crc) {
+  for (const torch::Tensor& p : module.parameters()) {
+    const torch::Tensor host = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    crc = storage::crc32c(host.data_ptr(), static_cast<size_t>(host.numel()) * sizeof(float), crc);
+  }
+  return crc;
+}
+
 PpoOptions ppo_options(const config::AlgoSection& a) {
   PpoOptions o;
   o.gamma = a.gae_gamma;
@@ -182,8 +193,9 @@ Learner::EpisodeTargets Learner::kept_targets(const std::vector<const rollout::T
 // replayed ones (fraction of token-layer pairs whose top-k sets differ).
 std::pair<double, double> Learner::router_disagreement(const EpisodeBatch& batch) {
   torch::NoGradGuard no_grad;
-  const model::PolicyOutput own = policy_->forward(batch.inputs, batch.lengths);
-  const torch::Tensor mine = std::get<0>(own.expert_indices.sort(-1));
+  // The routing the learner trains with: the compute copy's, on the device.
+  const model::PolicyOutput own = compute_->forward(batch.inputs.to(device_), batch.lengths);
+  const torch::Tensor mine = std::get<0>(own.expert_indices.to(torch::kCPU).sort(-1));
   const torch::Tensor replayed = std::get<0>(batch.forced_experts.sort(-1));
   const torch::Tensor differs = (mine != replayed).any(-1);
   return {differs.sum().item<double>(), static_cast<double>(differs.numel())};
@@ -215,6 +227,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   st.version = version_;
   st.episodes = static_cast<int>(episodes.size());
   optimizer_->zero_grad();
+  if (mixed_) compute_->zero_grad();
   double local_tokens = 0;
   if (!episodes.empty()) {
     const EpisodeTargets all_targets = episode_targets(episodes, st);
@@ -260,15 +273,17 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
                  ? counted / total_counted
                  : kept.sum().item<double>() / std::max(1.0, targets.kept_sequences);
     };
-    policy_->train();
+    compute_->train();
     for (std::int64_t c = 0; c < chunks; ++c) {
-      const EpisodeBatch& batch = batches[static_cast<size_t>(c)];
+      // Trajectories arrive on the host; each micro-batch moves to the device
+      // once, here, and leaves it when the next one comes.
+      const EpisodeBatch batch = batch_on_device(batches[static_cast<size_t>(c)], device_);
       const auto [begin, end] = ranges[static_cast<size_t>(c)];
-      const torch::Tensor kept = targets.kept.narrow(0, begin, end - begin);
+      const torch::Tensor kept = targets.kept.narrow(0, begin, end - begin).to(device_);
       const torch::Tensor token_mask = batch.loss_mask * algo::broadcast_to_tokens(kept, batch.sequence_index);
       const double counted = token_mask.sum().item<double>();
       if (counted == 0) continue;
-      model::PolicyOutput out = policy_->forward(batch.inputs, batch.lengths, batch.forced_experts);
+      model::PolicyOutput out = compute_->forward(batch.inputs, batch.lengths, batch.forced_experts);
       for (std::size_t layer = 0; layer < out.router_stats.size(); ++layer)
         st.expert_load.add(layer, out.router_stats[layer].tokens_per_expert, out.router_stats[layer].dropped_tokens);
       algo::PolicyLossInputs inputs;
@@ -286,8 +301,8 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
         st.value_mean += ppo.value_mean * share;
         st.explained_variance += ppo.explained_variance * share;
       } else {
-        inputs.advantages =
-            algo::broadcast_to_tokens(targets.advantages.narrow(0, begin, end - begin), batch.sequence_index);
+        inputs.advantages = algo::broadcast_to_tokens(targets.advantages.narrow(0, begin, end - begin).to(device_),
+                                                      batch.sequence_index);
       }
       inputs.loss_mask = token_mask;
       inputs.sequence_index = batch.sequence_index;
@@ -303,6 +318,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       if (value_loss.defined()) loss = loss + config_.algo.value_coef * share * value_loss;
       if (out.aux_loss.defined()) loss = loss + out.aux_loss / static_cast<double>(chunks);
       loss.backward();
+      if (mixed_) mixed_->accumulate_gradients();  // into the float32 master gradients
       st.loss += result.policy_loss * share;
       st.importance_weight_mean += (result.importance_weight_mean - 1.0) * share;
       st.behaviour_gap += result.behaviour_proximal_gap * share;
@@ -325,6 +341,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       static_cast<torch::optim::AdamWOptions&>(groups[g].options())
           .lr(learning_rate(step_) * (g == 0 ? 1.0 : config_.algo.value_lr_scale));
     optimizer_->step();
+    if (mixed_) mixed_->refresh();  // the next forward computes on the new weights
     st.updated = true;
   }
   st.update_s = now_s() - started;
@@ -353,10 +370,8 @@ void Learner::check_learners_agree() {
   // slot, one all-reduce gathers them, and a divergence is caught the step
   // it happens.
   if (learners_ == 1) return;
-  std::uint32_t crc = 0;
-  for (const auto& view : sync::module_weight_views(*policy_)) crc = storage::crc32c(view.data, view.bytes, crc);
-  if (value_head_)
-    for (const auto& view : sync::module_weight_views(*value_head_)) crc = storage::crc32c(view.data, view.bytes, crc);
+  std::uint32_t crc = weights_crc(*policy_, 0);
+  if (value_head_) crc = weights_crc(*value_head_, crc);
   std::vector<double> slots(static_cast<size_t>(learners_), 0.0);
   slots[static_cast<size_t>(learner_comm_.rank())] = static_cast<double>(crc);
   learner_comm_.allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);

@@ -11,7 +11,9 @@ ValueHeadImpl::ValueHeadImpl(std::int64_t d_model) {
 }
 
 torch::Tensor ValueHeadImpl::forward(const torch::Tensor& hidden) {
-  return output_layer_->forward(torch::silu(hidden_layer_->forward(hidden.detach()))).squeeze(-1);
+  // A bf16 policy's hidden state is widened to the critic's own dtype (float32: [run] dtype leaves it alone).
+  const torch::Tensor input = hidden.detach().to(output_layer_->weight.scalar_type());
+  return output_layer_->forward(torch::silu(hidden_layer_->forward(input))).squeeze(-1);
 }
 
 }  // namespace moerl::learner

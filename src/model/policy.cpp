@@ -216,6 +216,11 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
   out.hidden = norm(h);
   out.logits =
       lm_head.is_empty() ? torch::nn::functional::linear(out.hidden, embed_tokens->weight) : lm_head(out.hidden);
+  // Log-probs, sampling and losses read float32 logits: a bfloat16 model's
+  // are widened here, once, so that no caller takes a log-softmax over 8
+  // mantissa bits (model/precision.h).
+  const auto logits_dtype = out.logits.scalar_type();
+  if (logits_dtype == torch::kBFloat16 || logits_dtype == torch::kHalf) out.logits = out.logits.to(torch::kFloat);
   if (!indices.empty()) out.expert_indices = torch::stack(indices, 1);  // [T, moe_layers, active experts]
   out.aux_loss = aux;
   return out;

@@ -75,6 +75,7 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
       engine_(policy, engine_options(config, format_)),
       env_(mailbox, env_worker_ranks(world)),
       sync_comm_(&sync_comm),
+      host_weights_(std::make_unique<sync::HostWeights>(*engine_.policy())),
       receiver_(make_receiver(sync_comm)) {
   moe_layers_ = policy->num_moe_layers();
   // Trajectories carry the routing the engine recorded: rollout.moe_top_k
@@ -86,12 +87,17 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
   standby_ = standby;
 }
 
-// Versions land beside the live weights and apply() swaps the two (no copy
-// between decode steps): the engine's parameters live in the receiver's buffers.
+// A CPU float32 policy: versions land beside the live weights and apply()
+// swaps the two (no copy between decode steps): the engine's parameters live
+// in the receiver's buffers. A policy on a device or in bfloat16: versions
+// are copied into the host copies, then pushed into the parameters
+// (apply_new_weights).
 std::unique_ptr<sync::WeightReceiver> Actor::make_receiver(comm::Communicator& sync_comm) {
+  const sync::SyncOptions options = sync::sync_options(config_.sync, config_.cluster.message_timeout_s);
+  if (host_weights_->staged())
+    return std::make_unique<sync::WeightReceiver>(sync_comm, host_weights_->views(), options);
   model::Policy& policy = engine_.policy();
-  return std::make_unique<sync::WeightReceiver>(sync_comm, sync::module_weight_views(*policy),
-                                                sync::sync_options(config_.sync, config_.cluster.message_timeout_s),
+  return std::make_unique<sync::WeightReceiver>(sync_comm, sync::module_weight_views(*policy), options,
                                                 sync::module_rebind(*policy));
 }
 
@@ -390,6 +396,7 @@ void Actor::apply_new_weights() {
   if (!ready) return;
   corrupt_versions_in_a_row_ = 0;
   const std::int64_t version = receiver_->apply();
+  host_weights_->push();  // into device / bf16 parameters (nothing to do in swap mode)
   engine_.set_policy_version(version);
   if (load_) load_->weight_version = version;
   start_waiting_groups();

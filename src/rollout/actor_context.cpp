@@ -32,7 +32,7 @@ std::int32_t actions_in(const std::vector<std::uint8_t>& generated, size_t begin
 }
 
 std::vector<std::uint8_t> routing_bytes(const torch::Tensor& routing) {
-  const torch::Tensor bytes = routing.to(torch::kUInt8).contiguous();
+  const torch::Tensor bytes = routing.to(torch::kCPU, torch::kUInt8).contiguous();
   return std::vector<std::uint8_t>(bytes.data_ptr<std::uint8_t>(), bytes.data_ptr<std::uint8_t>() + bytes.numel());
 }
 

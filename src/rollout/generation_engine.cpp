@@ -414,7 +414,9 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
   for (const Row& r : rows)
     any_sampling |= r.session->generating && r.session->fed + r.count == feed_target(*r.session);
   torch::Tensor logits;
-  if (any_sampling) logits = out.next_token_logits().to(torch::kCPU, torch::kDouble).contiguous();
+  // Sampling runs on the host (the counter-based per-session streams of
+  // sampling.h): float32 logits cross the bus, then widen exactly to double.
+  if (any_sampling) logits = out.next_token_logits().to(torch::kCPU).to(torch::kDouble).contiguous();
 
   std::int64_t offset = 0;
   for (std::int64_t b = 0; b < B; ++b) {

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "moerl/core/check.h"
+#include "moerl/runtime/compute_device.h"
 #include "moerl/runtime/placement.h"
 
 namespace moerl::runtime {
@@ -36,7 +37,11 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
   MPI_Comm host_comm = MPI_COMM_NULL;
   MOERL_MPI_CHECK(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host_comm));
   MOERL_MPI_CHECK(MPI_Comm_size(host_comm, &ranks_on_host_));
+  int rank_on_host = 0;
+  MOERL_MPI_CHECK(MPI_Comm_rank(host_comm, &rank_on_host));
   MPI_Comm_free(&host_comm);
+  local_rank_ = launcher_local_rank(std::getenv("OMPI_COMM_WORLD_LOCAL_RANK"), std::getenv("SLURM_LOCALID"))
+                    .value_or(rank_on_host);
 
   hostname_ = machine_hostname();
   placement_host_ = placement_host_name();

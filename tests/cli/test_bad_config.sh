@@ -20,6 +20,22 @@ expect_count out.txt "but the job has" 1 "rank count message printed once"
 expect_status 2 $? "--set out of range"
 expect_contains out.txt "--set moe.top_k=12: [moe] top_k: must be <= num_experts (8), got 12" "--set message"
 
+# [run] device = "cuda" on a host without a usable CUDA device (LibTorch
+# without CUDA, or no GPU visible): status 2 on every rank before any work,
+# one message naming run.device, the rank and the host. (Skipped where a GPU
+# is visible: there the job would start.)
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  run_job no_gpu 120 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" --set run.device=cuda --set run.output_dir=runs
+  expect_status 2 $? "run.device=cuda without a CUDA device"
+  expect_contains no_gpu.txt "--set run.device=cuda: [run] device: rank 0 (learner 0) on host $(hostname)" \
+    "device message names the key, rank and host"
+  expect_contains no_gpu.txt "has no usable CUDA device" "device message says why"
+  expect_contains no_gpu.txt "set run.device = \"cpu\"" "device message says what to do"
+  expect_count no_gpu.txt "has no usable CUDA device" 1 "device message printed once"
+  expect_count no_gpu.txt "evaluating the base policy" 0 "no work started"
+  [ ! -e runs/quickstart/checkpoints ] || fail "run.device=cuda without a device: a checkpoint store was made"
+fi
+
 "$MOERL" config check "$CONFIG" --set model.d_model=wide >out.txt 2>&1
 expect_status 2 $? "config check wrong type"
 expect_contains out.txt "[model] d_model: expected an integer, got a string" "type message"

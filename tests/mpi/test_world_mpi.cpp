@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "moerl/config/config.h"
 #include "moerl/runtime/world.h"
 #include "moerl/setup/config_loading.h"
@@ -42,4 +45,13 @@ TEST_CASE("each rank gets its role and the right communicators", "[world]") {
   }
   CHECK(world.ranks_on_host() == 4);
   CHECK(world.compute_threads() >= 1);
+  // One host: the local ranks (mpiexec's OMPI_COMM_WORLD_LOCAL_RANK, else the
+  // place among the host's ranks) are 0..3, one each, so [run] device = "cuda"
+  // spreads the 4 ranks over the host's devices. (Open MPI 5 need not number
+  // them in rank order.)
+  int local[4] = {-1, -1, -1, -1};
+  const int mine = world.local_rank();
+  MPI_Allgather(&mine, 1, MPI_INT, local, 1, MPI_INT, MPI_COMM_WORLD);
+  std::sort(local, local + 4);
+  CHECK(std::vector<int>(local, local + 4) == std::vector<int>{0, 1, 2, 3});
 }

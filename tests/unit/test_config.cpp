@@ -322,3 +322,34 @@ TEST_CASE("cluster placement: host groups need training hosts, rank order takes 
   REQUIRE(issues.size() == 1);
   CHECK_THAT(issues[0].message, Catch::Contains("rank_order | host_groups"));
 }
+
+TEST_CASE("run.device and run.dtype: cpu and float32 by default, named choices, errors at their line", "[config]") {
+  const Config defaults = load_config_text("", "empty.toml");
+  CHECK(defaults.run.device == RunDevice::Cpu);
+  CHECK(defaults.run.dtype == RunDtype::Float32);
+
+  const Config c = load_config_text("[run]\ndevice = \"cuda\"\ndtype = \"bfloat16\"\n", "test.toml");
+  CHECK(c.run.device == RunDevice::Cuda);
+  CHECK(c.run.dtype == RunDtype::BFloat16);
+  CHECK(c.origins.at("run.device").line == 2);
+
+  const Config overridden = load_config_text("", "test.toml", {"run.device=cuda", "run.dtype=bfloat16"});
+  CHECK(overridden.run.device == RunDevice::Cuda);
+  CHECK(overridden.run.dtype == RunDtype::BFloat16);
+
+  auto issues = issues_of("[run]\nname = \"x\"\ndevice = \"gpu\"\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "run.device");
+  CHECK(issues[0].line == 3);
+  CHECK_THAT(issues[0].message, Catch::Contains("cpu | cuda"));
+
+  issues = issues_of("[run]\ndtype = \"float16\"\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "run.dtype");
+  CHECK(issues[0].line == 2);
+  CHECK_THAT(issues[0].message, Catch::Contains("float32 | bfloat16"));
+
+  issues = issues_of("[run]\ndevice = 1\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "run.device");
+}

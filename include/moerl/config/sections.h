@@ -13,12 +13,21 @@
 
 namespace moerl::config {
 
+// Where learners and actors compute ([run] device); env workers always run on
+// the CPU. "cuda": each rank takes cuda:(local rank % visible devices).
+enum class RunDevice { Cpu, Cuda };
+// The compute dtype of the policy ([run] dtype). Learners keep float32 master
+// weights and optimizer state and compute in it; actors hold their weights in it.
+enum class RunDtype { Float32, BFloat16 };
+
 // [run]: identity and placement of one run.
 struct RunSection {
   std::string name = "moerl";       // run name; the run directory is output_dir/name
   std::string output_dir = "runs";  // where run directories are created
   std::int64_t seed = 1;            // global seed; every rank derives its own from it
   bool deterministic = false;       // trade speed for bitwise reproducibility
+  RunDevice device = RunDevice::Cpu;
+  RunDtype dtype = RunDtype::Float32;
 };
 
 // [cluster]: how many ranks take each role. Ranks are laid out in this order:

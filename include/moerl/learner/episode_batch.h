@@ -28,7 +28,13 @@ struct EpisodeBatch {
 };
 
 // replay_routing: use the actors' recorded routing when every episode has it.
+// The tensors are built on the host (trajectories arrive there).
 EpisodeBatch make_episode_batch(const std::vector<const rollout::Trajectory*>& episodes, bool replay_routing);
+
+// The batch on `device` ([run] device), one copy per tensor: the learner
+// moves each micro-batch once, just before its forward pass. The same batch
+// when it is there already.
+EpisodeBatch batch_on_device(const EpisodeBatch& batch, const torch::Device& device);
 
 // PPO's per-turn view of the same packed targets. Turn k of an episode is its
 // k-th run of generated targets (action k) together with the observation

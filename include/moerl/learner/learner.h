@@ -38,6 +38,7 @@
 #include "moerl/learner/episode_inbox.h"
 #include "moerl/learner/episode_receiver.h"
 #include "moerl/learner/evaluation_watch.h"
+#include "moerl/learner/mixed_precision.h"
 #include "moerl/learner/step_metrics.h"
 #include "moerl/learner/value_head.h"
 #include "moerl/model/policy.h"
@@ -45,6 +46,7 @@
 #include "moerl/runtime/heartbeat.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
+#include "moerl/sync/module_weights.h"
 #include "moerl/sync/weight_sync.h"
 
 namespace moerl::learner {
@@ -88,6 +90,10 @@ struct StepStats {
 
 class Learner {
  public:
+  // `policy`: the float32 master weights, already on this rank's device
+  // ([run] device; app/roles.cpp moves it): the optimizer state, value head,
+  // reference policy and every batch follow it there. With [run] dtype =
+  // "bfloat16" forward and backward run on a bf16 copy (mixed_precision.h).
   // `resume`: "" (start fresh), "auto" (latest valid checkpoint if any) or a store path (see checkpointing.h).
   // `heartbeat` (learner 0; may be null in tests): where its Coordinator learns of lost ranks.
   Learner(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
@@ -169,12 +175,16 @@ class Learner {
   const config::Config& config_;
   const runtime::World& world_;
   runtime::Mailbox& mailbox_;
-  model::Policy policy_;
-  model::Policy reference_{nullptr};  // frozen starting weights, when [algo] kl is not "none"
-  ValueHead value_head_{nullptr};     // PPO's critic; null for the group-relative estimators
+  model::Policy policy_;                   // the float32 master weights (optimizer, checkpoints, weight sync)
+  model::Policy compute_{nullptr};         // forward and backward: policy_ itself, or its bf16 copy ([run] dtype)
+  std::unique_ptr<MixedPrecision> mixed_;  // policy_ <-> compute_ when they differ
+  torch::Device device_ = torch::kCPU;     // where policy_ lives ([run] device)
+  model::Policy reference_{nullptr};       // frozen starting weights in the compute dtype, when [algo] kl is not "none"
+  ValueHead value_head_{nullptr};          // PPO's critic; null for the group-relative estimators
   comm::Communicator& learner_comm_;
   comm::Communicator* gradient_comm_ = nullptr;  // the gradient all-reduce's group; null: learner_comm_
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<sync::HostWeights> host_weights_;  // learner 0: the float32 host bytes it publishes
   std::unique_ptr<sync::WeightPublisher> publisher_;
   comm::Communicator* sync_comm_ = nullptr;             // learner 0: the weight-sync group in use
   std::unique_ptr<comm::Communicator> sync_survivors_;  // it, after a failover (owned)

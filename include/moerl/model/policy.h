@@ -54,7 +54,7 @@
 namespace moerl::model {
 
 struct PolicyOutput {
-  torch::Tensor logits;                        // [T, vocab] packed over the real tokens
+  torch::Tensor logits;                        // [T, vocab] packed over the real tokens; float32 for a bf16/fp16 model
   torch::Tensor hidden;                        // [T, d_model] final normed hidden state (for value heads)
   torch::Tensor expert_indices;                // [T, moe_layers, active_experts()] int64; undefined without MoE layers
   torch::Tensor aux_loss;                      // scalar: sum over MoE layers (already weighted); 0 without

@@ -15,6 +15,12 @@
 // New weights arrive through a WeightReceiver polled between decode steps;
 // they are applied only between steps, so every token has exactly one version.
 //
+// Device and dtype: the policy comes on this rank's device in [run] dtype
+// (app/roles.cpp); the engine's KV cache follows it. Versions arrive as
+// float32 host bytes and are copied into the parameters (cast to their
+// dtype); trajectories (tokens, float32 behaviour log-probs, routing) are
+// built on the host.
+//
 // A session whose environment fails for good (the env worker used up its
 // retries) or whose env worker does not answer within env_reply_deadline_s()
 // becomes a failure record instead of an episode: a Trajectory with empty
@@ -49,6 +55,7 @@
 #include "moerl/runtime/heartbeat.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/world.h"
+#include "moerl/sync/module_weights.h"
 #include "moerl/sync/weight_sync.h"
 
 namespace moerl::rollout {
@@ -134,6 +141,10 @@ class Actor {
   env::EnvClient env_;
   std::unique_ptr<comm::Communicator> sync_survivors_;  // the sync group after a loss (owned)
   comm::Communicator* sync_comm_;                       // the group in use
+  // The float32 host bytes versions arrive in. For a CPU float32 policy they
+  // are its parameters (swap mode, no copy); for one on a device or in
+  // bfloat16 ([run] device, dtype) host copies that each version is pushed from.
+  std::unique_ptr<sync::HostWeights> host_weights_;
   std::unique_ptr<sync::WeightReceiver> receiver_;
   std::map<std::uint64_t, Episode> episodes_;
   std::deque<TaskGroup> waiting_groups_;

@@ -41,6 +41,10 @@ class World {
   // The name [cluster] placement matched (placement.h: $MOERL_HOST_NAME, $SLURMD_NODENAME or the hostname).
   const std::string& placement_host() const { return placement_host_; }
   int ranks_on_host() const { return ranks_on_host_; }
+  // This process's index among the job's processes on its host: the
+  // launcher's (runtime/compute_device.h), else its place among the ranks
+  // that share the host. Picks the CUDA device with [run] device = "cuda".
+  int local_rank() const { return local_rank_; }
   // Compute threads for this rank: [cluster] threads_per_rank, or the
   // MOERL_THREADS_PER_RANK environment variable, or cores / ranks on host.
   int compute_threads() const { return compute_threads_; }
@@ -55,6 +59,7 @@ class World {
   std::string hostname_;
   std::string placement_host_;
   int ranks_on_host_ = 1;
+  int local_rank_ = 0;
   int compute_threads_ = 1;
 };
 

@@ -12,7 +12,8 @@
 namespace moerl::sync {
 
 // Host views of every parameter; they must be contiguous CPU tensors (the
-// NCCL path publishes device buffers through the same views).
+// NCCL path publishes device buffers through the same views). A module on a
+// device or in another dtype than float32 goes through HostWeights below.
 std::vector<WeightView> module_weight_views(torch::nn::Module& module);
 
 // Re-points every parameter of `module` (set_data, so every handle to it,
@@ -22,5 +23,33 @@ std::vector<WeightView> module_weight_views(torch::nn::Module& module);
 // pointer, rather than holding the tensor, would be left behind; moerl's
 // model keeps tensors only.
 Rebind module_rebind(torch::nn::Module& module);
+
+// The float32 host bytes weight sync moves, for a module whose parameters may
+// live on a CUDA device or in bfloat16 ([run] device and dtype). Publisher
+// and receivers must lay out the same bytes (the layout fingerprint covers
+// names and sizes), and the checksums run on host memory, so such a module
+// goes through host float32 copies: pull() before publishing, push() after
+// a received version is applied. For a module of contiguous CPU float32
+// parameters nothing is copied: views() are module_weight_views(), pull()
+// and push() do nothing, and swap mode (module_rebind) stays available.
+class HostWeights {
+ public:
+  explicit HostWeights(torch::nn::Module& module);
+
+  // False when the parameters are CPU float32 themselves (no copies).
+  bool staged() const { return staged_; }
+  // Host float32 views in parameters() order, named as module_weight_views() names them.
+  std::vector<WeightView> views();
+  // Parameters -> host copies (device to host, widened to float32).
+  void pull();
+  // Host copies -> parameters, each cast to its parameter's dtype and device.
+  void push();
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> parameters_;
+  std::vector<torch::Tensor> host_;  // float32, contiguous, CPU (pinned for CUDA parameters)
+  bool staged_ = false;
+};
 
 }  // namespace moerl::sync

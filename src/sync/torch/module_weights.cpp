@@ -34,4 +34,42 @@ Rebind module_rebind(torch::nn::Module& module) {
   };
 }
 
+HostWeights::HostWeights(torch::nn::Module& module) {
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& p = item.value();
+    names_.push_back(item.key());
+    parameters_.push_back(p);
+    if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous()) staged_ = true;
+  }
+  if (!staged_) {
+    host_ = parameters_;  // the parameters themselves
+    return;
+  }
+  for (const torch::Tensor& p : parameters_) {
+    // Pinned host memory lets the device copies run at full bus speed.
+    const auto options = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(p.device().is_cuda());
+    host_.push_back(torch::empty(p.sizes(), options));
+  }
+  pull();
+}
+
+std::vector<WeightView> HostWeights::views() {
+  std::vector<WeightView> views;
+  for (size_t i = 0; i < host_.size(); ++i)
+    views.push_back({names_[i], host_[i].data_ptr(), static_cast<size_t>(host_[i].numel()) * sizeof(float)});
+  return views;
+}
+
+void HostWeights::pull() {
+  if (!staged_) return;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < host_.size(); ++i) host_[i].copy_(parameters_[i].detach());
+}
+
+void HostWeights::push() {
+  if (!staged_) return;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < host_.size(); ++i) parameters_[i].copy_(host_[i]);
+}
+
 }  // namespace moerl::sync
