@@ -7,9 +7,10 @@
 #   2. `moerl train` with run.device = "cuda" on the quickstart config (tiny
 #      model) with 2 learners, 1 actor and 1 env worker sharing the one GPU:
 #      its groups use MPI (NCCL refuses two ranks of a group on one device);
-#   3. the same job with one NCCL "host" per rank (NCCL_HOSTID and
-#      MOERL_HOST_NAME per rank), so the learners' gradient all-reduce and the
-#      weight broadcast run over NCCL (its socket transport, on one machine).
+#   3. the same job in bfloat16 with one NCCL "host" per rank (NCCL_HOSTID
+#      and MOERL_HOST_NAME per rank), so the learners' gradient all-reduce and
+#      the weight broadcast run over NCCL (its socket transport, on one
+#      machine) and the MoE layers run their bf16 kernels.
 # It prints rows "name | result" that gpu_check.sh adds to its summary, and
 # exits 0 only when every step passed.
 #
@@ -94,12 +95,12 @@ TINY=(--set env.shaping=sparse --set run.output_dir="$RUNS" --set model.d_model=
       --set cluster.message_timeout_s=60 --set telemetry.metrics_interval_s=0.5 --set run.device=cuda)
 CONFIG="$ROOT/configs/quickstart.toml"
 timeout "$(left 120)" "$BUILD/moerl" pretrain --config "$CONFIG" "${TINY[@]}" >"$LOG/job_pretrain.txt" 2>&1
-# train_on_gpu NAME LABEL [launcher prefix...]: 2 learners, 1 actor, 1 env worker, 8 steps.
+# train_on_gpu NAME LABEL DTYPE [launcher prefix...]: 2 learners, 1 actor, 1 env worker, 8 steps.
 train_on_gpu() {
-  local name=$1 label=$2 t0=$SECONDS rc
-  shift 2
+  local name=$1 label=$2 dtype=$3 t0=$SECONDS rc
+  shift 3
   timeout "$(left 150)" "${MPIRUN[@]}" -x NCCL_SOCKET_IFNAME -n 4 "$@" "$BUILD/moerl" train --config "$CONFIG" \
-    "${TINY[@]}" --set run.name="$name" --set cluster.learners=2 --set cluster.actors=1 --set optim.total_steps=8 \
+    "${TINY[@]}" --set run.name="$name" --set run.dtype="$dtype" --set cluster.learners=2 --set cluster.actors=1 --set optim.total_steps=8 \
     --init "$RUNS/quickstart/base.pt" >"$LOG/job_$name.txt" 2>&1
   rc=$?
   if [[ $rc -eq 0 ]] && grep -q "step 8/8" "$LOG/job_$name.txt"; then
@@ -111,6 +112,6 @@ train_on_gpu() {
   grep -E "uses (MPI|NCCL)" "$LOG/job_$name.txt" | sort -u | head -n 4
 }
 export NCCL_SOCKET_IFNAME=lo
-train_on_gpu gpu_shared "train cuda, 4 ranks, 1 GPU (MPI groups)"
-train_on_gpu gpu_nccl "train cuda, 4 ranks, NCCL groups" "${PER_RANK_HOST[@]}"
+train_on_gpu gpu_shared "train cuda fp32, 4 ranks, MPI groups" float32
+train_on_gpu gpu_nccl "train cuda bf16, 4 ranks, NCCL groups" bfloat16 "${PER_RANK_HOST[@]}"
 exit $failed

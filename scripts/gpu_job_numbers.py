@@ -2,7 +2,9 @@
 """One line of numbers from a run directory, for scripts/gpu_job_check.sh:
 training steps per second (between the first and last metrics lines), the
 learner's trained tokens per second, and the weight-sync rates as learner 0
-published and the actors received them (their last reported values)."""
+published and the actors received them (their last reported values).
+Rates are the publication's bytes over its time from publish() to the last
+bucket: with small models they measure latency more than bandwidth."""
 import json
 import sys
 from pathlib import Path
@@ -25,11 +27,14 @@ def main(run_dir: str) -> str:
     first_tokens = first.get("roles", {}).get("learner", {}).get("counters", {}).get("learner.trained_tokens")
     if tokens is not None and first_tokens is not None and seconds > 0:
         parts.append(f"{(tokens - first_tokens) / seconds:.0f} trained tokens/s")
-    for role, name, label in (("learner", "sync.publish_GB_per_s", "sync publish"),
-                              ("actor", "sync.receive_GB_per_s", "sync receive")):
-        rate = value(role, "gauges", name)
-        if rate is not None:
-            parts.append(f"{label} {rate:.2f} GB/s")
+    # Learner 0 publishes (the role's gauge averages every learner); the actors' mean is right.
+    learner0 = next((r for r in last.get("ranks", []) if r.get("rank") == 0), {})
+    publish = learner0.get("gauges", {}).get("sync.publish_GB_per_s")
+    receive = value("actor", "gauges", "sync.receive_GB_per_s")
+    if publish is not None:
+        parts.append(f"sync publish {publish:.3g} GB/s")
+    if receive is not None:
+        parts.append(f"sync receive {receive:.3g} GB/s")
     return ", ".join(parts)
 
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "moerl/app/group_communicators.h"
 #include "moerl/app/rank_device.h"
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/core/check.h"
@@ -48,6 +49,9 @@ torch::Device rank_device(const config::Config& config, const runtime::World& wo
   MOERL_CHECK(resolved.error.empty(), resolved.error);
   return torch_device(resolved.device);
 }
+
+// The CUDA device index make_group_communicator takes: -1 on the CPU.
+int cuda_index(const torch::Device& device) { return device.is_cuda() ? static_cast<int>(device.index()) : -1; }
 
 // rollout.moe_top_k: the actors route with another k than the learner
 // trains with. Said once, by learner 0, for the job.
@@ -104,9 +108,11 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       model::Policy policy = make_policy(config, init_path);
       policy->eval();
       torch::NoGradGuard no_grad;
-      policy->to(rank_device(config, world), model::compute_dtype(config.run.dtype));
-      comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
-      rollout::Actor actor(config, world, mailbox, policy, sync_comm, heartbeat ? &heartbeat->load() : nullptr,
+      const torch::Device device = rank_device(config, world);
+      policy->to(device, model::compute_dtype(config.run.dtype));
+      std::unique_ptr<comm::Communicator> sync_comm =
+          make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device), world.placement_host());
+      rollout::Actor actor(config, world, mailbox, policy, *sync_comm, heartbeat ? &heartbeat->load() : nullptr,
                            world.role() == runtime::Role::StandbyActor);
       actor.run(stop);
       wait_for_stop(stop, final_wait_s, world.role_label());
@@ -119,13 +125,20 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
         std::printf("%s\n", params.format().c_str());
         note_rollout_experts(config);
       }
-      policy->to(rank_device(config, world));
+      const torch::Device device = rank_device(config, world);
+      policy->to(device);
+      // Control collectives (counts, decisions) stay on MPI and host memory;
+      // the gradients go over NCCL where the learners have GPUs of their own.
       comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
-      std::unique_ptr<comm::MpiCommunicator> sync_comm;
+      std::unique_ptr<comm::Communicator> gradient_comm = make_group_communicator(
+          world.role_comm(), "learner gradient group", cuda_index(device), world.placement_host());
+      std::unique_ptr<comm::Communicator> sync_comm;
       if (world.is_coordinator())
-        sync_comm = std::make_unique<comm::MpiCommunicator>(world.sync_comm(), "weight-sync group");
+        sync_comm =
+            make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device), world.placement_host());
       learner::Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume,
                                world.is_coordinator() ? heartbeat : nullptr);
+      learner.use_gradient_communicator(*gradient_comm);
       learner.run(stop);
       if (world.is_coordinator()) {
         stop.request_stop("training complete");

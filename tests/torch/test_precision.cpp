@@ -292,11 +292,10 @@ TEST_CASE("a checkpoint written from float32 master weights loads into bf16 para
   std::filesystem::remove_all(dir);
 }
 
-// Waits for bfloat16 in the MoE operators (src/moe): hidden until then; run it
-// with `moerl_torch_tests "[precision_moe]"`. The same claims as above with
-// MoE layers (routing replayed, so both dtypes use the same experts).
+// The same claims as above with MoE layers (routing replayed, so both dtypes
+// use the same experts): the MoE operators compute in bf16 with float32 sums.
 TEST_CASE("a bf16 MoE policy's log-probs stay close to float32's, and its gradients reach the master",
-          "[.][precision_moe]") {
+          "[precision][precision_moe]") {
   MoeSection moe;
   moe.enabled = true;
   moe.num_experts = 4;
