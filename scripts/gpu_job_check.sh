@@ -5,12 +5,12 @@
 #   1. the NCCL communicator test (tests/mpi [nccl]) on 2 ranks sharing the
 #      GPU: host and device buffers, and a weight-sync publication over NCCL;
 #   2. `moerl train` with run.device = "cuda" on the quickstart config (tiny
-#      model) with 2 learners, 1 actor and 1 env worker sharing the one GPU:
-#      its groups use MPI (NCCL refuses two ranks of a group on one device);
-#   3. the same job in bfloat16 with one NCCL "host" per rank (NCCL_HOSTID
-#      and MOERL_HOST_NAME per rank), so the learners' gradient all-reduce and
-#      the weight broadcast run over NCCL (its socket transport, on one
-#      machine) and the MoE layers run their bf16 kernels.
+#      model) with 2 learners, 1 actor and 1 env worker sharing the one GPU,
+#      four ways: float32 and bfloat16, each with MPI groups (ranks sharing a
+#      GPU: NCCL refuses them) and with NCCL groups (one NCCL "host" per rank,
+#      NCCL_HOSTID and MOERL_HOST_NAME per rank, so the learners' gradient
+#      all-reduce and the weight broadcast run over NCCL's socket transport).
+#      A failed run leaves every rank's log in LOG/job_NAME_logs.
 # It prints rows "name | result" that gpu_check.sh adds to its summary, and
 # exits 0 only when every step passed.
 #
@@ -55,7 +55,7 @@ export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$NVIDIA_LIBS"
 # 1. Configure and build.
 t0=$SECONDS
 timeout "$(left)" cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMOERL_MPI=system \
-  -DMOERL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS/usr" \
+  -DMOERL_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS/usr;$ROOT/.gpu-deps/usr" \
   ${NCCL_DIR:+-DNCCL_ROOT="$NCCL_DIR"} -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$NVIDIA_LIBS" \
   >"$LOG/job_configure.txt" 2>&1 &&
   timeout "$(left)" cmake --build "$BUILD" -j "$JOBS" --target moerl moerl_mpi_tests >"$LOG/job_build.txt" 2>&1
@@ -92,14 +92,15 @@ TINY=(--set env.shaping=sparse --set run.output_dir="$RUNS" --set model.d_model=
       --set model.num_kv_heads=1 --set moe.d_expert=64 --set moe.num_experts=8 --set rollout.sessions_per_actor=16
       --set rollout.max_tokens_per_episode=256 --set rollout.eval_episodes=4 --set algo.groups_per_step=2
       --set pretrain.episodes=40 --set pretrain.steps=5 --set pretrain.batch_episodes=4
-      --set cluster.message_timeout_s=60 --set telemetry.metrics_interval_s=0.5 --set run.device=cuda)
+      --set cluster.message_timeout_s=30 --set telemetry.metrics_interval_s=0.5 --set run.device=cuda
+      --set telemetry.per_rank_log_files=true)
 CONFIG="$ROOT/configs/quickstart.toml"
 timeout "$(left 120)" "$BUILD/moerl" pretrain --config "$CONFIG" "${TINY[@]}" >"$LOG/job_pretrain.txt" 2>&1
 # train_on_gpu NAME LABEL DTYPE [launcher prefix...]: 2 learners, 1 actor, 1 env worker, 8 steps.
 train_on_gpu() {
   local name=$1 label=$2 dtype=$3 t0=$SECONDS rc
   shift 3
-  timeout "$(left 150)" "${MPIRUN[@]}" -x NCCL_SOCKET_IFNAME -n 4 "$@" "$BUILD/moerl" train --config "$CONFIG" \
+  timeout "$(left 90)" "${MPIRUN[@]}" -x NCCL_SOCKET_IFNAME -n 4 "$@" "$BUILD/moerl" train --config "$CONFIG" \
     "${TINY[@]}" --set run.name="$name" --set run.dtype="$dtype" --set cluster.learners=2 --set cluster.actors=1 --set optim.total_steps=8 \
     --init "$RUNS/quickstart/base.pt" >"$LOG/job_$name.txt" 2>&1
   rc=$?
@@ -108,10 +109,16 @@ train_on_gpu() {
   else
     row "$label" "FAIL($rc)"; failed=1
     tail -n 30 "$LOG/job_$name.txt"
+    cp -r "$RUNS/$name/logs" "$LOG/job_${name}_logs" 2>/dev/null
   fi
   grep -E "uses (MPI|NCCL)" "$LOG/job_$name.txt" | sort -u | head -n 4
 }
 export NCCL_SOCKET_IFNAME=lo
-train_on_gpu gpu_shared "train cuda fp32, 4 ranks, MPI groups" float32
-train_on_gpu gpu_nccl "train cuda bf16, 4 ranks, NCCL groups" bfloat16 "${PER_RANK_HOST[@]}"
+# On 4 Dec 2026 the first two passed, except that the bf16 run with NCCL groups
+# stopped after 60 s with its actor silent (no work request): the split below
+# tells bf16 apart from NCCL.
+train_on_gpu gpu_mpi_fp32 "train cuda fp32, MPI groups" float32
+train_on_gpu gpu_mpi_bf16 "train cuda bf16, MPI groups" bfloat16
+train_on_gpu gpu_nccl_fp32 "train cuda fp32, NCCL groups" float32 "${PER_RANK_HOST[@]}"
+train_on_gpu gpu_nccl_bf16 "train cuda bf16, NCCL groups" bfloat16 "${PER_RANK_HOST[@]}"
 exit $failed

@@ -12,11 +12,11 @@
 namespace moerl::app {
 
 std::unique_ptr<comm::Communicator> make_group_communicator(MPI_Comm group, const std::string& name, int cuda_device,
-                                                            const std::string& host) {
+                                                            const std::string& host, bool nccl_wanted) {
   const bool cuda = cuda_device >= 0;
   const comm::MemberDevice mine{host, cuda ? comm::cuda_bus_id(cuda_device) : ""};
   const comm::GroupBackendChoice choice =
-      comm::choose_group_backend(cuda, comm::nccl_built(), comm::gather_member_devices(group, mine), name);
+      comm::choose_group_backend(cuda, comm::nccl_built(), comm::gather_member_devices(group, mine), name, nccl_wanted);
   int group_rank = 0;
   MPI_Comm_rank(group, &group_rank);
   if (group_rank == 0 && cuda) spdlog::info("{}", choice.reason);

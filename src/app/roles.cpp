@@ -50,6 +50,8 @@ torch::Device rank_device(const config::Config& config, const runtime::World& wo
   return torch_device(resolved.device);
 }
 
+bool nccl_wanted(const config::Config& config) { return config.run.collectives == config::RunCollectives::Auto; }
+
 // The CUDA device index make_group_communicator takes: -1 on the CPU.
 int cuda_index(const torch::Device& device) { return device.is_cuda() ? static_cast<int>(device.index()) : -1; }
 
@@ -110,8 +112,8 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       torch::NoGradGuard no_grad;
       const torch::Device device = rank_device(config, world);
       policy->to(device, model::compute_dtype(config.run.dtype));
-      std::unique_ptr<comm::Communicator> sync_comm =
-          make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device), world.placement_host());
+      std::unique_ptr<comm::Communicator> sync_comm = make_group_communicator(
+          world.sync_comm(), "weight-sync group", cuda_index(device), world.placement_host(), nccl_wanted(config));
       rollout::Actor actor(config, world, mailbox, policy, *sync_comm, heartbeat ? &heartbeat->load() : nullptr,
                            world.role() == runtime::Role::StandbyActor);
       actor.run(stop);
@@ -131,11 +133,11 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       // the gradients go over NCCL where the learners have GPUs of their own.
       comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
       std::unique_ptr<comm::Communicator> gradient_comm = make_group_communicator(
-          world.role_comm(), "learner gradient group", cuda_index(device), world.placement_host());
+          world.role_comm(), "learner gradient group", cuda_index(device), world.placement_host(), nccl_wanted(config));
       std::unique_ptr<comm::Communicator> sync_comm;
       if (world.is_coordinator())
-        sync_comm =
-            make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device), world.placement_host());
+        sync_comm = make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device),
+                                            world.placement_host(), nccl_wanted(config));
       learner::Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume,
                                world.is_coordinator() ? heartbeat : nullptr);
       learner.use_gradient_communicator(*gradient_comm);

@@ -12,10 +12,14 @@
 namespace moerl::comm {
 
 GroupBackendChoice choose_group_backend(bool cuda_job, bool nccl_built, const std::vector<MemberDevice>& members,
-                                        const std::string& group) {
+                                        const std::string& group, bool nccl_wanted) {
   GroupBackendChoice choice;
   if (!cuda_job) {
     choice.reason = group + " uses MPI: the job runs on CPU";
+    return choice;
+  }
+  if (!nccl_wanted) {
+    choice.reason = group + " uses MPI: run.collectives = \"mpi\"";
     return choice;
   }
   if (!nccl_built) {

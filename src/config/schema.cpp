@@ -161,6 +161,10 @@ SectionSpec run_section() {
            "Compute dtype of the policy. bfloat16: learners keep float32 master weights and optimizer state and "
            "run forward and backward on a bfloat16 copy (log-probs and losses in float32); actors hold bfloat16 "
            "weights. Weights travel and checkpoints are stored in float32 either way.");
+  b.choice("collectives", &RunSection::collectives, {{"auto", RunCollectives::Auto}, {"mpi", RunCollectives::Mpi}},
+           "Backend of the learners' gradient all-reduce and of the weight broadcast. auto: NCCL for a group whose "
+           "members each have a GPU of their own in a cuda job (the log says which groups and why), else MPI. mpi: "
+           "always MPI (host memory), e.g. where NCCL's transports are not usable.");
   return spec;
 }
 

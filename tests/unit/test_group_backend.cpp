@@ -46,6 +46,9 @@ TEST_CASE("group backend: CPU jobs, builds without NCCL and members without a GP
   const auto no_nccl = choose_group_backend(true, false, two_gpus, "learner group");
   CHECK(no_nccl.backend == GroupBackend::GroupMpi);
   CHECK(no_nccl.reason == "learner group uses MPI: this moerl was built without NCCL");
+  const auto mpi_asked = choose_group_backend(true, true, two_gpus, "learner group", /*nccl_wanted=*/false);
+  CHECK(mpi_asked.backend == GroupBackend::GroupMpi);
+  CHECK(mpi_asked.reason == "learner group uses MPI: run.collectives = \"mpi\"");
   const auto gpu_less = choose_group_backend(true, true, members({{"a", "0000:19:00.0"}, {"b", ""}}), "sync");
   CHECK(gpu_less.backend == GroupBackend::GroupMpi);
   CHECK(gpu_less.reason == "sync uses MPI: member 1 on b has no GPU");

@@ -15,7 +15,8 @@ namespace moerl::app {
 
 // `cuda_device`: this rank's CUDA device, or -1 on CPU. `host`: the rank's
 // placement host name (World::placement_host), which tells members apart.
+// `nccl_wanted`: false when run.collectives = "mpi".
 std::unique_ptr<comm::Communicator> make_group_communicator(MPI_Comm group, const std::string& name, int cuda_device,
-                                                            const std::string& host);
+                                                            const std::string& host, bool nccl_wanted = true);
 
 }  // namespace moerl::app

@@ -33,8 +33,9 @@ struct GroupBackendChoice {
 };
 
 // `members` in group rank order; `group` names the group in the reason.
+// `nccl_wanted` false (run.collectives = "mpi") keeps every group on MPI.
 GroupBackendChoice choose_group_backend(bool cuda_job, bool nccl_built, const std::vector<MemberDevice>& members,
-                                        const std::string& group);
+                                        const std::string& group, bool nccl_wanted = true);
 
 // Every member's report, in rank order of `comm` (collective over `comm`).
 std::vector<MemberDevice> gather_member_devices(MPI_Comm comm, const MemberDevice& mine);

@@ -19,6 +19,9 @@ enum class RunDevice { Cpu, Cuda };
 // The compute dtype of the policy ([run] dtype). Learners keep float32 master
 // weights and optimizer state and compute in it; actors hold their weights in it.
 enum class RunDtype { Float32, BFloat16 };
+// Which backend the learners' gradient all-reduce and the weight broadcast
+// may use: NCCL where the group allows it (comm/group_backend.h), or MPI always.
+enum class RunCollectives { Auto, Mpi };
 
 // [run]: identity and placement of one run.
 struct RunSection {
@@ -28,6 +31,7 @@ struct RunSection {
   bool deterministic = false;       // trade speed for bitwise reproducibility
   RunDevice device = RunDevice::Cpu;
   RunDtype dtype = RunDtype::Float32;
+  RunCollectives collectives = RunCollectives::Auto;
 };
 
 // [cluster]: how many ranks take each role. Ranks are laid out in this order:
