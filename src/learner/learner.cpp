@@ -82,7 +82,8 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
     coordinator_ = std::make_unique<Coordinator>(config, world, mailbox, learners_, inbox_, heartbeat);
     MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
     sync_comm_ = sync_comm;
-    host_weights_ = std::make_unique<sync::HostWeights>(*policy_);
+    // The actors' dtype on the wire: bf16 runs publish half the bytes.
+    host_weights_ = std::make_unique<sync::HostWeights>(*policy_, model::compute_dtype(config.run.dtype));
     publisher_ = std::make_unique<sync::WeightPublisher>(
         *sync_comm, host_weights_->views(), sync::sync_options(config.sync, config.cluster.message_timeout_s));
   }

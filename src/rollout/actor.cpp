@@ -8,6 +8,7 @@
 
 #include "moerl/core/check.h"
 #include "moerl/core/hash.h"
+#include "moerl/model/precision.h"
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics.h"
@@ -75,7 +76,7 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
       engine_(policy, engine_options(config, format_)),
       env_(mailbox, env_worker_ranks(world)),
       sync_comm_(&sync_comm),
-      host_weights_(std::make_unique<sync::HostWeights>(*engine_.policy())),
+      host_weights_(std::make_unique<sync::HostWeights>(*engine_.policy(), model::compute_dtype(config.run.dtype))),
       receiver_(make_receiver(sync_comm)) {
   moe_layers_ = policy->num_moe_layers();
   // Trajectories carry the routing the engine recorded: rollout.moe_top_k

@@ -228,6 +228,30 @@ TEST_CASE("an actor's bf16 policy generates with a bf16 KV cache and float32 beh
   for (const auto& p : policy->parameters()) CHECK(p.scalar_type() == torch::kBFloat16);
 }
 
+TEST_CASE("bf16 runs publish bf16 bytes: half the bytes, the same weights the actor computes with", "[precision]") {
+  Policy master = make_policy(5);  // the learner's float32 master
+  moerl::sync::HostWeights publisher(*master, torch::kBFloat16);
+  CHECK(publisher.staged());
+  Policy actor = make_policy(3);
+  actor->to(torch::kBFloat16);
+  moerl::sync::HostWeights receiver(*actor, torch::kBFloat16);
+  CHECK_FALSE(receiver.staged());  // CPU bf16 parameters are the wire bytes: swap mode stays
+  const auto sent = publisher.views();
+  const auto landed = receiver.views();
+  REQUIRE(sent.size() == landed.size());
+  CHECK(moerl::sync::layout_fingerprint(sent) == moerl::sync::layout_fingerprint(landed));
+  size_t bytes = 0, float_bytes = 0;
+  for (const auto& v : moerl::sync::module_weight_views(*master)) float_bytes += v.bytes;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    bytes += sent[i].bytes;
+    std::memcpy(landed[i].data, sent[i].data, sent[i].bytes);
+  }
+  CHECK(2 * bytes == float_bytes);
+  const auto got = actor->parameters();
+  const auto want = master->parameters();
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i].equal(want[i].to(torch::kBFloat16)));
+}
+
 TEST_CASE("weights from float32 host bytes into bf16 parameters, and back (sync::HostWeights)", "[precision]") {
   Policy cpu_float = make_policy(3);
   moerl::sync::HostWeights direct(*cpu_float);

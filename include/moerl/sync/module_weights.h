@@ -24,23 +24,27 @@ std::vector<WeightView> module_weight_views(torch::nn::Module& module);
 // model keeps tensors only.
 Rebind module_rebind(torch::nn::Module& module);
 
-// The float32 host bytes weight sync moves, for a module whose parameters may
-// live on a CUDA device or in bfloat16 ([run] device and dtype). Publisher
-// and receivers must lay out the same bytes (the layout fingerprint covers
-// names and sizes), and the checksums run on host memory, so such a module
-// goes through host float32 copies: pull() before publishing, push() after
-// a received version is applied. For a module of contiguous CPU float32
-// parameters nothing is copied: views() are module_weight_views(), pull()
-// and push() do nothing, and swap mode (module_rebind) stays available.
+// The host bytes weight sync moves, in the wire dtype (float32, or bfloat16
+// when [run] dtype is bfloat16: the actors compute in bf16, so half the bytes
+// carry everything they use), for a module whose parameters may live on a
+// CUDA device or in another dtype ([run] device and dtype). Publisher and
+// receivers must lay out the same bytes (the layout fingerprint covers names
+// and sizes, so both sides must use the same wire dtype), and the checksums
+// run on host memory, so such a module goes through host copies: pull()
+// before publishing, push() after a received version is applied. For a
+// module of contiguous CPU parameters already in the wire dtype nothing is
+// copied: views() are module_weight_views(), pull() and push() do nothing,
+// and swap mode (module_rebind) stays available.
 class HostWeights {
  public:
-  explicit HostWeights(torch::nn::Module& module);
+  explicit HostWeights(torch::nn::Module& module, torch::Dtype wire = torch::kFloat32);
 
-  // False when the parameters are CPU float32 themselves (no copies).
+  // False when the parameters are the wire bytes themselves (no copies).
   bool staged() const { return staged_; }
-  // Host float32 views in parameters() order, named as module_weight_views() names them.
+  // Host views in the wire dtype, in parameters() order, named as module_weight_views() names them.
   std::vector<WeightView> views();
-  // Parameters -> host copies (device to host, widened to float32).
+  // Parameters -> host copies (device to host, cast to the wire dtype; a
+  // float32 master rounds to bf16 exactly as an actor's .to(bf16) does).
   void pull();
   // Host copies -> parameters, each cast to its parameter's dtype and device.
   void push();
@@ -48,7 +52,7 @@ class HostWeights {
  private:
   std::vector<std::string> names_;
   std::vector<torch::Tensor> parameters_;
-  std::vector<torch::Tensor> host_;  // float32, contiguous, CPU (pinned for CUDA parameters)
+  std::vector<torch::Tensor> host_;  // wire dtype, contiguous, CPU (pinned for CUDA parameters)
   bool staged_ = false;
 };
 

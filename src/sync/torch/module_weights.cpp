@@ -34,12 +34,12 @@ Rebind module_rebind(torch::nn::Module& module) {
   };
 }
 
-HostWeights::HostWeights(torch::nn::Module& module) {
+HostWeights::HostWeights(torch::nn::Module& module, torch::Dtype wire) {
   for (const auto& item : module.named_parameters(/*recurse=*/true)) {
     const torch::Tensor& p = item.value();
     names_.push_back(item.key());
     parameters_.push_back(p);
-    if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat32 || !p.is_contiguous()) staged_ = true;
+    if (!p.device().is_cpu() || p.scalar_type() != wire || !p.is_contiguous()) staged_ = true;
   }
   if (!staged_) {
     host_ = parameters_;  // the parameters themselves
@@ -47,7 +47,7 @@ HostWeights::HostWeights(torch::nn::Module& module) {
   }
   for (const torch::Tensor& p : parameters_) {
     // Pinned host memory lets the device copies run at full bus speed.
-    const auto options = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(p.device().is_cuda());
+    const auto options = torch::TensorOptions().dtype(wire).pinned_memory(p.device().is_cuda());
     host_.push_back(torch::empty(p.sizes(), options));
   }
   pull();
@@ -56,7 +56,7 @@ HostWeights::HostWeights(torch::nn::Module& module) {
 std::vector<WeightView> HostWeights::views() {
   std::vector<WeightView> views;
   for (size_t i = 0; i < host_.size(); ++i)
-    views.push_back({names_[i], host_[i].data_ptr(), static_cast<size_t>(host_[i].numel()) * sizeof(float)});
+    views.push_back({names_[i], host_[i].data_ptr(), static_cast<size_t>(host_[i].numel()) * host_[i].element_size()});
   return views;
 }
 
