@@ -160,7 +160,7 @@ SectionSpec run_section() {
   b.choice("dtype", &RunSection::dtype, {{"float32", RunDtype::Float32}, {"bfloat16", RunDtype::BFloat16}},
            "Compute dtype of the policy. bfloat16: learners keep float32 master weights and optimizer state and "
            "run forward and backward on a bfloat16 copy (log-probs and losses in float32); actors hold bfloat16 "
-           "weights. Weights travel and checkpoints are stored in float32 either way.");
+           "weights. Weights travel in the compute dtype (bfloat16: half the bytes); checkpoints hold float32.");
   b.choice("collectives", &RunSection::collectives, {{"auto", RunCollectives::Auto}, {"mpi", RunCollectives::Mpi}},
            "Backend of the learners' gradient all-reduce and of the weight broadcast. auto: NCCL for a group whose "
            "members each have a GPU of their own in a cuda job (the log says which groups and why), else MPI. mpi: "
