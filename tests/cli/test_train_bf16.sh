@@ -1,8 +1,8 @@
 # [run] dtype = "bfloat16" end to end under mpirun on the CPU: the learner
 # trains on a bf16 copy of its float32 master weights, the actors generate
 # with bf16 weights and KV cache, and every published version reaches them
-# through float32 host bytes (sync::HostWeights). A dense model (moe.enabled =
-# false): the MoE operators take bf16 once src/moe does.
+# as bf16 host bytes (sync::HostWeights). A dense model first, then the MoE
+# model (bf16 dispatch, expert GEMMs and combine with float32 sums).
 source "$(dirname "$0")/lib.sh" "$@"
 DENSE=("${TINY[@]}" --set moe.enabled=false)
 timeout 120 "$MOERL" pretrain --config "$CONFIG" "${DENSE[@]}" >pretrain.txt 2>&1
@@ -20,4 +20,13 @@ grep "^step 1/3" train.txt | grep -qF "|logp gap| 0.00" || fail "step 1: learner
 grep "^step" train.txt | grep -qiw "nan" && fail "a NaN in the progress lines"
 expect_contains train.txt "held-out success at temperature" "the final evaluation ran on the last version"
 [ -s "$WORK/runs/quickstart/summary.json" ] || fail "summary.json written"
+
+# The MoE model in bf16, routing replayed: the same agreement at version 0.
+pretrain_tiny
+run_job moe 300 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${TINY[@]}" --set run.dtype=bfloat16 \
+  --set run.name=moe_bf16 --set optim.total_steps=3 --set algo.drop_zero_variance_groups=false --init "$TINY_BASE"
+expect_status 0 $? "train the MoE model in bfloat16"
+for step in 1 2 3; do expect_contains moe.txt "step $step/3 v$step |" "MoE progress line of step $step"; done
+grep "^step 1/3" moe.txt | grep -qF "|logp gap| 0.00" || fail "MoE step 1: learner and actors disagree on log-probs"
+grep "^step" moe.txt | grep -qiw "nan" && fail "a NaN in the MoE progress lines"
 finish
