@@ -41,6 +41,7 @@
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/config/config.h"
 #include "moerl/core/json_value.h"
+#include "moerl/app/rank_device.h"
 #include "moerl/app/roles.h"
 #include "moerl/model/policy.h"
 #include "moerl/runtime/job_control.h"
@@ -197,7 +198,9 @@ PhaseResult run_phase(const moerl::config::Config& config, const std::string& in
     moerl::runtime::StopCoordinator stop(mailbox);
     MPI_Barrier(MPI_COMM_WORLD);
     const double started = now_s();
-    const int status = moerl::app::run_role(config, world, mailbox, stop, init_path, "");
+    const moerl::app::RankDevice device = moerl::app::resolve_rank_device(config, world);
+    if (!device.error.empty()) throw moerl::Error("bench e2e: " + device.error);
+    const int status = moerl::app::run_role(config, world, mailbox, stop, device.device, init_path, "");
     if (status != 0)
       throw moerl::Error("bench e2e: rank " + std::to_string(rank) + " ended its role with " + std::to_string(status));
     wall = now_s() - started;

@@ -186,23 +186,26 @@ int finish_job(const runtime::World& world, runtime::Mailbox& mailbox, runtime::
 // configuration: if any rank has no usable device, the lowest such rank
 // prints why (naming run.device, its rank and host) and every rank stops
 // with status 2. A dry run plans ranks without touching devices.
-bool devices_agreed(const config::Config& config, const runtime::World& world) {
+// Returns this rank's device, or nullopt when the job must stop.
+std::optional<runtime::DeviceChoice> agreed_device(const config::Config& config, const runtime::World& world) {
   const RankDevice device = resolve_rank_device(config, world);
   const int mine = device.error.empty() ? INT_MAX : world.rank();
   int first_failed = INT_MAX;
   MOERL_MPI_CHECK(MPI_Allreduce(&mine, &first_failed, 1, MPI_INT, MPI_MIN, world.world_comm()));
-  if (first_failed == INT_MAX) return true;
+  if (first_failed == INT_MAX) return device.device;
   if (world.rank() == first_failed) {
     std::cerr << "moerl: " << device.error << "\n";
     if (world.size() > 1)
       std::cerr << "moerl: (reported by rank " << world.rank() << "; every rank stops with status 2)\n";
   }
-  return false;
+  return std::nullopt;
 }
 
 int run_roles(const config::Config& config, const TrainOptions& options, const runtime::PlacedWorld& placed) {
   runtime::World world(config, placed.comm());
-  if (!options.dry_run && !devices_agreed(config, world)) return config::kConfigErrorExitStatus;
+  std::optional<runtime::DeviceChoice> device = runtime::DeviceChoice{};  // a dry run touches no device
+  if (!options.dry_run) device = agreed_device(config, world);
+  if (!device) return config::kConfigErrorExitStatus;
   std::string per_rank_file;
   if (config.telemetry.per_rank_log_files)
     per_rank_file = config.run_directory() + "/logs/rank-" + std::to_string(world.rank()) + ".log";
@@ -228,7 +231,7 @@ int run_roles(const config::Config& config, const TrainOptions& options, const r
 
   if (!options.dry_run) {
     runtime::StopCoordinator stop(mailbox);
-    const int status = run_role(config, world, mailbox, stop, options.init_path, options.resume, &heartbeat);
+    const int status = run_role(config, world, mailbox, stop, *device, options.init_path, options.resume, &heartbeat);
     heartbeat.stop_watching();
     return finish_job(world, mailbox, heartbeat, config.cluster.shutdown_timeout_s, status);
   }

@@ -6,9 +6,7 @@
 #include <thread>
 
 #include "moerl/app/group_communicators.h"
-#include "moerl/app/rank_device.h"
 #include "moerl/comm/mpi_communicator.h"
-#include "moerl/core/check.h"
 #include "moerl/env/env_release.h"
 #include "moerl/env/env_worker.h"
 #include "moerl/model/hf_policy_loader.h"
@@ -39,21 +37,10 @@ torch::Device torch_device(const runtime::DeviceChoice& choice) {
                      : torch::Device(torch::kCPU);
 }
 
-// [run] device and dtype. The policy is built and loaded on the host (every
-// rank alike), then moved once: a learner's stays float32 (its master
-// weights; the Learner computes on a bf16 copy of them when run.dtype says
-// so), an actor's takes run.dtype directly (it has no master copy).
-torch::Device rank_device(const config::Config& config, const runtime::World& world) {
-  const RankDevice resolved = resolve_rank_device(config, world);
-  // run_roles checked every rank before any work; this only repeats its verdict.
-  MOERL_CHECK(resolved.error.empty(), resolved.error);
-  return torch_device(resolved.device);
-}
-
 bool nccl_wanted(const config::Config& config) { return config.run.collectives == config::RunCollectives::Auto; }
 
 // The CUDA device index make_group_communicator takes: -1 on the CPU.
-int cuda_index(const torch::Device& device) { return device.is_cuda() ? static_cast<int>(device.index()) : -1; }
+int cuda_index(const runtime::DeviceChoice& device) { return device.cuda ? device.index : -1; }
 
 // rollout.moe_top_k: the actors route with another k than the learner
 // trains with. Said once, by learner 0, for the job.
@@ -82,8 +69,8 @@ void wait_for_stop(runtime::StopCoordinator& stop, double timeout_s, const std::
 }  // namespace
 
 int run_role(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
-             runtime::StopCoordinator& stop, const std::string& init_path, const std::string& resume,
-             runtime::HeartbeatThread* heartbeat) {
+             runtime::StopCoordinator& stop, const runtime::DeviceChoice& device_choice, const std::string& init_path,
+             const std::string& resume, runtime::HeartbeatThread* heartbeat) {
   const double final_wait_s = 20 * config.cluster.message_timeout_s;
   switch (world.role()) {
     case runtime::Role::EnvWorker: {
@@ -110,10 +97,15 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       model::Policy policy = make_policy(config, init_path);
       policy->eval();
       torch::NoGradGuard no_grad;
-      const torch::Device device = rank_device(config, world);
+      const torch::Device device = torch_device(device_choice);
+      // [run] device and dtype: the policy is built and loaded on the host
+      // (every rank alike), then moved once. An actor's takes run.dtype
+      // directly (it has no master copy); a learner's stays float32 (its
+      // master weights; the Learner computes on a bf16 copy when asked).
       policy->to(device, model::compute_dtype(config.run.dtype));
-      std::unique_ptr<comm::Communicator> sync_comm = make_group_communicator(
-          world.sync_comm(), "weight-sync group", cuda_index(device), world.placement_host(), nccl_wanted(config));
+      std::unique_ptr<comm::Communicator> sync_comm =
+          make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device_choice),
+                                  world.placement_host(), nccl_wanted(config));
       rollout::Actor actor(config, world, mailbox, policy, *sync_comm, heartbeat ? &heartbeat->load() : nullptr,
                            world.role() == runtime::Role::StandbyActor);
       actor.run(stop);
@@ -127,16 +119,17 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
         std::printf("%s\n", params.format().c_str());
         note_rollout_experts(config);
       }
-      const torch::Device device = rank_device(config, world);
+      const torch::Device device = torch_device(device_choice);
       policy->to(device);
       // Control collectives (counts, decisions) stay on MPI and host memory;
       // the gradients go over NCCL where the learners have GPUs of their own.
       comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
-      std::unique_ptr<comm::Communicator> gradient_comm = make_group_communicator(
-          world.role_comm(), "learner gradient group", cuda_index(device), world.placement_host(), nccl_wanted(config));
+      std::unique_ptr<comm::Communicator> gradient_comm =
+          make_group_communicator(world.role_comm(), "learner gradient group", cuda_index(device_choice),
+                                  world.placement_host(), nccl_wanted(config));
       std::unique_ptr<comm::Communicator> sync_comm;
       if (world.is_coordinator())
-        sync_comm = make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device),
+        sync_comm = make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device_choice),
                                             world.placement_host(), nccl_wanted(config));
       learner::Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume,
                                world.is_coordinator() ? heartbeat : nullptr);
