@@ -60,17 +60,13 @@ torch::Tensor as_dtype(const torch::Tensor& w, torch::ScalarType dtype) {
   return w.scalar_type() == dtype ? w : w.to(dtype);
 }
 
-// The router's dtype for a compute dtype: float32 at least. Its logits are a
-// [T,H]x[H,E] product, cheap next to the experts; in float32 they do not flip
-// near-tied expert choices the way bf16 rounding of the logits would, so bf16
-// activations route as float32 ones on the same values do.
-torch::ScalarType router_dtype(torch::ScalarType compute) {
+// float32 for a bf16 compute dtype, else the compute dtype itself. The
+// router computes in it: its logits are a [T,H]x[H,E] product, cheap next to
+// the experts, and in float32 they do not flip near-tied expert choices the
+// way bf16 rounding would, so bf16 activations route as float32 ones on the
+// same values do. The aux loss is a loss term and is kept in it too.
+torch::ScalarType at_least_float(torch::ScalarType compute) {
   return compute == torch::kBFloat16 ? torch::kFloat : compute;
-}
-
-// The aux loss is a loss term: float32 at least, never bf16.
-torch::Tensor loss_dtype(const torch::Tensor& loss, torch::ScalarType compute) {
-  return loss.to(compute == torch::kBFloat16 ? torch::kFloat : compute);
 }
 
 }  // namespace
@@ -164,7 +160,7 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Te
   const std::int64_t tokens = x_in.size(0);
   const auto dt = moe_compute_dtype(x_in, experts->gate_proj);
   const auto x = as_dtype(x_in, dt);  // [T, d_model]
-  const auto rt = router_dtype(dt);
+  const auto rt = at_least_float(dt);
   auto logits = F::linear(as_dtype(x, rt), as_dtype(gate->weight, rt));  // [T,E]
   RouteResult r = route(logits, routing_, forced_experts);
   RoutePlan plan =
@@ -177,7 +173,8 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Te
   out.hidden = combine(expert_out, r.gates, plan);  // [T, d_model]
   if (shared_expert) out.hidden = out.hidden + shared_expert_output(*this, x);
   out.expert_indices = r.expert_indices;
-  out.aux_loss = loss_dtype(moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss, dt);
+  out.aux_loss = (moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss)
+                     .to(rt);  // the router's dtype: float32 at least
   if (!collect_stats_) return out;
   // Statistics are host values: one small device-to-host copy per forward,
   // after all the launches of the layer have been queued.
@@ -199,7 +196,7 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
   // The same dtype rule as the layer (moe_compute_dtype).
   const auto dt = moe_compute_dtype(x_in, layer.experts->gate_proj);
   const auto x = as_dtype(x_in, dt);
-  const auto rt = router_dtype(dt);
+  const auto rt = at_least_float(dt);
   auto logits = F::linear(as_dtype(x, rt), as_dtype(layer.gate->weight, rt));
   RouteResult r = route(logits, moe, forced_experts);
   const std::int64_t capacity = expert_capacity(moe, tokens);
@@ -232,7 +229,8 @@ MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& 
   MoeOutput out;
   out.hidden = layer.shared_expert ? y + shared_expert_output(layer, x) : y;
   out.expert_indices = r.expert_indices;
-  out.aux_loss = loss_dtype(moe.aux_loss_weight * r.balance_loss + moe.z_loss_weight * r.z_loss, dt);
+  out.aux_loss = (moe.aux_loss_weight * r.balance_loss + moe.z_loss_weight * r.z_loss)
+                     .to(rt);  // the router's dtype: float32 at least
   out.stats = stats_from_loads(std::move(loads), dropped);
   return out;
 }
