@@ -1,7 +1,10 @@
 #include "moerl/comm/communicator.h"
 
 #include <chrono>
+#include <sstream>
 #include <thread>
+
+#include "moerl/comm/stall_inspector.h"
 
 namespace moerl::comm {
 
@@ -30,13 +33,19 @@ void CommRequest::wait(double timeout_s) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
   int pause_us = 1;
   while (!test()) {
-    if (Clock::now() > deadline)
-      throw CommTimeout(describe() + " did not complete within " + std::to_string(timeout_s) +
-                        " s (a rank of the group is missing or stuck)");
+    if (Clock::now() > deadline) throw CommTimeout(timeout_message(timeout_s));
     // Spin briefly first: collectives on one host finish in microseconds.
     if (pause_us > 64) std::this_thread::sleep_for(std::chrono::microseconds(std::min(pause_us, 1000)));
     pause_us *= 2;
   }
+}
+
+std::string CommRequest::timeout_message(double timeout_s) {
+  const std::string missing = missing_members(stall_grace_s(timeout_s));
+  std::ostringstream seconds;
+  seconds << timeout_s;  // "60", "0.5": no trailing zeros
+  return describe() + " did not complete within " + seconds.str() + " s" +
+         (missing.empty() ? " (a rank of the group is missing or stuck)" : ": " + missing);
 }
 
 void Communicator::broadcast(void* data, size_t count, DataType type, int root, double timeout_s) {

@@ -36,22 +36,28 @@ int checked_count(size_t count, const char* operation) {
 
 class MpiRequest : public CommRequest {
  public:
-  explicit MpiRequest(std::string what) : what_(std::move(what)) {}
+  MpiRequest(std::string what, std::shared_ptr<StallInspector> inspector)
+      : what_(std::move(what)), inspector_(std::move(inspector)), number_(inspector_->started(what_)) {}
   // An abandoned (timed-out) collective can be neither cancelled nor freed
   // in MPI; the job is being stopped by then, so its handle is left behind.
   ~MpiRequest() override = default;
   bool test() override {
     if (done_) return true;
+    inspector_->answer_questions();
     int flag = 0;
     check_call(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), "MPI_Test", what_);
     done_ = flag != 0;
+    if (done_) inspector_->finished(number_);
     return done_;
   }
   std::string describe() const override { return what_; }
+  std::string missing_members(double grace_s) override { return inspector_->missing_from(number_, grace_s); }
   MPI_Request* handle() { return &request_; }
 
  private:
   std::string what_;
+  std::shared_ptr<StallInspector> inspector_;
+  std::int64_t number_;
   MPI_Request request_ = MPI_REQUEST_NULL;
   bool done_ = false;
 };
@@ -79,9 +85,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name) : name_(std::m
   MOERL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MOERL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   world_ranks_ = world_ranks_of_members(comm_);
+  inspector_ = std::make_shared<StallInspector>(comm_, world_ranks_);
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  inspector_.reset();  // its side channel before the group's own communicator
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -89,15 +97,16 @@ MpiCommunicator::~MpiCommunicator() {
 
 std::unique_ptr<CommRequest> MpiCommunicator::broadcast_async(void* data, size_t count, DataType type, int root) {
   auto request = std::make_unique<MpiRequest>("MPI broadcast of " + std::to_string(count) + " " + data_type_name(type) +
-                                              " from rank " + std::to_string(root) + " in " + name_);
+                                                  " from rank " + std::to_string(root) + " in " + name_,
+                                              inspector_);
   check_call(MPI_Ibcast(data, checked_count(count, "broadcast"), mpi_type(type), root, comm_, request->handle()),
              "MPI_Ibcast", name_);
   return request;
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::allreduce_sum_async(void* data, size_t count, DataType type) {
-  auto request = std::make_unique<MpiRequest>("MPI all-reduce of " + std::to_string(count) + " " +
-                                              data_type_name(type) + " in " + name_);
+  auto request = std::make_unique<MpiRequest>(
+      "MPI all-reduce of " + std::to_string(count) + " " + data_type_name(type) + " in " + name_, inspector_);
   check_call(MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(count, "all-reduce"), mpi_type(type), MPI_SUM, comm_,
                             request->handle()),
              "MPI_Iallreduce", name_);
@@ -123,8 +132,8 @@ std::unique_ptr<CommRequest> MpiCommunicator::alltoallv_async(const void* send, 
     using MpiRequest::MpiRequest;
     std::vector<int> sc, sd, rc, rd;
   };
-  auto request =
-      std::make_unique<AlltoallvRequest>("MPI all-to-all-v of " + std::string(data_type_name(type)) + " in " + name_);
+  auto request = std::make_unique<AlltoallvRequest>(
+      "MPI all-to-all-v of " + std::string(data_type_name(type)) + " in " + name_, inspector_);
   request->sc = to_int(send_counts);
   request->sd = to_int(send_displs);
   request->rc = to_int(receive_counts);
@@ -136,7 +145,7 @@ std::unique_ptr<CommRequest> MpiCommunicator::alltoallv_async(const void* send, 
 }
 
 std::unique_ptr<CommRequest> MpiCommunicator::barrier_async() {
-  auto request = std::make_unique<MpiRequest>("MPI barrier in " + name_);
+  auto request = std::make_unique<MpiRequest>("MPI barrier in " + name_, inspector_);
   check_call(MPI_Ibarrier(comm_, request->handle()), "MPI_Ibarrier", name_);
   return request;
 }
@@ -158,6 +167,7 @@ MpiCommunicator::MpiCommunicator(Adopt, MPI_Comm owned, std::string name) : comm
   MOERL_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
   MOERL_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   world_ranks_ = world_ranks_of_members(comm_);
+  inspector_ = std::make_shared<StallInspector>(comm_, world_ranks_);
 }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::adopt(MPI_Comm owned, std::string name) {

@@ -15,6 +15,7 @@ struct NcclShared {
   ncclComm_t comm = nullptr;
   cudaStream_t copy_stream = nullptr;  // staging copies out (apart from the collectives' stream)
   bool abandoned = false;
+  std::shared_ptr<StallInspector> inspector;  // which members a timed-out request lacks
 };
 
 namespace {
@@ -65,7 +66,8 @@ class NcclRequest : public CommRequest {
         host_(host),
         device_(device),
         bytes_(bytes),
-        copy_out_(copy_out) {
+        copy_out_(copy_out),
+        number_(shared_->inspector->started(what_)) {
     MOERL_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
     MOERL_CUDA_CHECK(cudaEventRecord(event_, stream));
   }
@@ -77,6 +79,7 @@ class NcclRequest : public CommRequest {
   }
   bool test() override {
     if (done_) return true;
+    shared_->inspector->answer_questions();
     const cudaError_t status = cudaEventQuery(event_);
     if (status == cudaErrorNotReady) {
       ncclResult_t async_error = ncclSuccess;
@@ -91,9 +94,11 @@ class NcclRequest : public CommRequest {
       MOERL_CUDA_CHECK(cudaStreamSynchronize(shared_->copy_stream));
     }
     done_ = true;
+    shared_->inspector->finished(number_);
     return true;
   }
   std::string describe() const override { return what_; }
+  std::string missing_members(double grace_s) override { return shared_->inspector->missing_from(number_, grace_s); }
 
  private:
   std::shared_ptr<NcclShared> shared_;
@@ -103,6 +108,7 @@ class NcclRequest : public CommRequest {
   void* device_;
   size_t bytes_;
   bool copy_out_;
+  std::int64_t number_;
   bool done_ = false;
 };
 
@@ -113,6 +119,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, int device, std::string na
   MOERL_MPI_CHECK(MPI_Comm_rank(mpi_comm, &rank_));
   MOERL_MPI_CHECK(MPI_Comm_size(mpi_comm, &size_));
   world_ranks_ = world_ranks_of_members(mpi_comm);
+  shared_->inspector = std::make_shared<StallInspector>(mpi_comm, world_ranks_);
   ncclUniqueId id;
   if (rank_ == 0) MOERL_NCCL_CHECK(ncclGetUniqueId(&id));
   MOERL_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, mpi_comm));

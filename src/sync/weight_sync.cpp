@@ -76,6 +76,15 @@ size_t pipeline_bucket_bytes(size_t total, size_t configured) {
   return std::min(configured, rounded);
 }
 
+// The collective a late version is stuck in: the first not yet complete
+// (`requests` is not empty).
+template <typename Requests>
+comm::CommRequest& first_unfinished(const Requests& requests) {
+  for (const auto& request : requests)
+    if (!request->test()) return *request;
+  return *requests.back();
+}
+
 }  // namespace
 
 SyncOptions sync_options(const config::SyncSection& sync, double timeout_s) {
@@ -249,8 +258,8 @@ bool WeightPublisher::progress() {
   }
   if (!requests_.empty() && now_s() - started_ > options_.timeout_s)
     throw comm::CommTimeout("publication of weights version " + std::to_string(last_.version) + " in " + comm_.name() +
-                            " did not complete within " + std::to_string(options_.timeout_s) +
-                            " s (an actor stopped receiving)");
+                            " did not complete within " + std::to_string(options_.timeout_s) + " s (" +
+                            first_unfinished(requests_).timeout_message(options_.timeout_s) + ")");
   return requests_.empty();
 }
 
@@ -431,7 +440,8 @@ bool WeightReceiver::poll() {
       throw comm::CommTimeout("receiving weights version " + std::to_string(incoming_version_) + " in " + comm_.name() +
                               " did not complete within " + std::to_string(options_.timeout_s) + " s (" +
                               std::to_string(verified_buckets_) + " of " + std::to_string(checksums_.size()) +
-                              " buckets arrived)");
+                              " buckets arrived; " +
+                              first_unfinished(bucket_requests_).timeout_message(options_.timeout_s) + ")");
     return ready_version_ > current_version_;
   }
   // Every collective of this version has completed: refuse it or make it ready.
@@ -472,7 +482,8 @@ bool WeightReceiver::wait_ready(double timeout_s) {
     if (closed_) return false;
     if (now_s() > deadline)
       throw comm::CommTimeout("no new weights version arrived in " + comm_.name() + " within " +
-                              std::to_string(timeout_s) + " s");
+                              std::to_string(timeout_s) + " s" +
+                              (header_request_ ? " (" + header_request_->timeout_message(timeout_s) + ")" : ""));
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   return true;

@@ -6,7 +6,8 @@
 //
 // Every operation is non-blocking underneath and every wait takes a timeout:
 // a collective that a peer never joins ends in a CommTimeout naming the
-// operation and the group, not in a hung job.
+// operation, the group and the members that are not in it
+// (comm/stall_inspector.h), not in a hung job.
 
 #include <cstddef>
 #include <cstdint>
@@ -41,9 +42,15 @@ class CommRequest {
   virtual ~CommRequest() = default;
   // True once complete; never blocks.
   virtual bool test() = 0;
-  // Blocks until complete or throws CommTimeout after timeout_s.
+  // Blocks until complete or throws CommTimeout after timeout_s, naming the
+  // members that are not in the collective.
   void wait(double timeout_s);
   virtual std::string describe() const = 0;
+  // Which members are not in this collective, asked of them for up to
+  // grace_s (StallInspector); "" where the backend cannot tell.
+  virtual std::string missing_members(double grace_s) { return ""; }
+  // describe() and the missing members, for a wait of timeout_s that ran out.
+  std::string timeout_message(double timeout_s);
 };
 
 class Communicator {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "moerl/comm/communicator.h"
+#include "moerl/comm/stall_inspector.h"
 
 namespace moerl::comm {
 
@@ -51,6 +52,8 @@ class MpiCommunicator : public Communicator {
   int size_ = 1;
   std::string name_;
   std::vector<int> world_ranks_;
+  // Shared with the requests, which may outlive the communicator (abandoned ones).
+  std::shared_ptr<StallInspector> inspector_;
 };
 
 }  // namespace moerl::comm
