@@ -94,6 +94,12 @@ std::string Config::run_directory() const {
   return run.output_dir + (run.output_dir.back() == '/' ? "" : "/") + run.name;
 }
 
+std::string Config::metrics_path() const { return run_directory() + "/" + telemetry.metrics_file; }
+
+std::string Config::env_archive_directory() const {
+  return env.archive_dir.empty() ? run_directory() + "/archive/env" : env.archive_dir;
+}
+
 namespace {
 
 class Loader {
