@@ -80,6 +80,7 @@ void run_case(const ModelCase& mc, int repetitions, const std::string& scratch, 
   std::int64_t weight_bytes = 0;
   for (const auto& p : policy->parameters()) weight_bytes += p.numel() * 4;
 
+  const learner::CheckpointSettings settings = learner::checkpoint_settings(config);
   learner::LearnerState state;
   state.rng_states = {learner::cpu_generator_state()};
   double best_save = 1e30, best_load = 1e30, best_write = 1e30, best_read = 1e30;
@@ -87,12 +88,12 @@ void run_case(const ModelCase& mc, int repetitions, const std::string& scratch, 
   for (int r = 0; r < repetitions; ++r) {
     state.version = state.step = r + 1;
     const auto t0 = Clock::now();
-    learner::save_checkpoint(config, *policy, optimizer, state);
+    learner::save_checkpoint(settings, *policy, optimizer, state);
     best_save = std::min(best_save, seconds_since(t0));
     const storage::CheckpointStore store(config.checkpoint.directory);
     file_bytes = static_cast<std::uint64_t>(fs::file_size(store.shard_path(state.version, 0)));
     const auto t1 = Clock::now();
-    learner::load_checkpoint_version(config, state.version, *policy, &optimizer);
+    learner::load_checkpoint_version(settings.directory, state.version, *policy, &optimizer);
     best_load = std::min(best_load, seconds_since(t1));
 
     std::vector<char> bytes(file_bytes, static_cast<char>(r + 1));

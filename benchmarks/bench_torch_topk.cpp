@@ -109,7 +109,8 @@ std::vector<HeldOutTask> held_out_tasks(const config::Config& config, std::int64
                   "' is not one (drop it from env.families with --set)");
     for (std::int64_t i = 0; i < per_family; ++i) {
       HeldOutTask t;
-      t.task = env::make_task(config, family, kHeldOutSeedBase + static_cast<std::uint64_t>(i));
+      t.task =
+          env::make_task(config.env, config.env_families, family, kHeldOutSeedBase + static_cast<std::uint64_t>(i));
       t.session_seed = t.task.seed * 0x9E3779B97F4A7C15ull + std::hash<std::string>{}(family);
       tasks.push_back(t);
     }

@@ -307,7 +307,7 @@ BenchReport learner_report(const UpdateArgs& args, const config::Config& config,
   const std::int64_t n = args.episodes > 0 ? args.episodes : config.algo.groups_per_step * config.rollout.group_size;
   const std::vector<rollout::Trajectory> episodes = synthetic_batch(policy, config, n);
   if (!args.batch_path.empty()) write_batch(args.batch_path, episodes, config);
-  learner::Learner learner(config, world, mailbox, policy, learner_comm, &sync_comm);
+  learner::Learner learner(learner::learner_settings(config), world, mailbox, policy, learner_comm, &sync_comm);
   const std::int64_t reps = args.reps > 0 ? args.reps : (options.quick ? 2 : 5);
   const UpdateTimes times = time_updates(learner, policy, episodes, config.optim.grad_accumulation, reps);
   BenchReport report;

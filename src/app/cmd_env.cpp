@@ -16,7 +16,7 @@ int run_env_play(const EnvPlayOptions& options) {
   try {
     config::Config config;
     if (!options.config_path.empty()) config = setup::load_config_file(options.config_path, options.overrides);
-    env::TaskSpec task = env::make_task(config, options.family, options.seed);
+    env::TaskSpec task = env::make_task(config.env, config.env_families, options.family, options.seed);
     if (options.difficulty > 0) task.difficulty = options.difficulty;
     if (options.shaped) task.shaping = env::RewardShaping::Shaped;
 

@@ -136,7 +136,7 @@ int run_eval(const EvalOptions& options) {
     TextCodec codec;
     if (!dir.empty()) {
       model::HfLoadStats stats;
-      policy = model::load_hf_policy(config, &stats);
+      policy = model::load_hf_policy(config.model, config.moe, &stats);
       std::printf("loaded %s (%s): %zu tensors, %.2f MiB from %zu file(s) in %.2f ms (%.2f GB/s)\n", dir.c_str(),
                   hf::architecture_class(hf::read_hf_model(dir).architecture), stats.tensors,
                   static_cast<double>(stats.bytes) / (1024.0 * 1024.0), stats.files, stats.seconds * 1e3,

@@ -26,8 +26,9 @@ namespace {
 // the same Hugging Face model ([model] source = "hf:DIR").
 model::Policy make_policy(const config::Config& config, const std::string& init_path) {
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
-  model::Policy policy = hf::hf_directory(config.model.source).empty() ? model::Policy(config.model, config.moe)
-                                                                       : model::load_hf_policy(config);
+  model::Policy policy = hf::hf_directory(config.model.source).empty()
+                             ? model::Policy(config.model, config.moe)
+                             : model::load_hf_policy(config.model, config.moe);
   if (!init_path.empty()) learner::load_policy(policy, init_path);
   return policy;
 }
@@ -106,8 +107,8 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       std::unique_ptr<comm::Communicator> sync_comm =
           make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device_choice),
                                   world.placement_host(), nccl_wanted(config));
-      rollout::Actor actor(config, world, mailbox, policy, *sync_comm, heartbeat ? &heartbeat->load() : nullptr,
-                           world.role() == runtime::Role::StandbyActor);
+      rollout::Actor actor(rollout::actor_settings(config), world, mailbox, policy, *sync_comm,
+                           heartbeat ? &heartbeat->load() : nullptr, world.role() == runtime::Role::StandbyActor);
       actor.run(stop);
       wait_for_stop(stop, final_wait_s, world.role_label());
       return 0;
@@ -131,8 +132,8 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       if (world.is_coordinator())
         sync_comm = make_group_communicator(world.sync_comm(), "weight-sync group", cuda_index(device_choice),
                                             world.placement_host(), nccl_wanted(config));
-      learner::Learner learner(config, world, mailbox, policy, learner_comm, sync_comm.get(), resume,
-                               world.is_coordinator() ? heartbeat : nullptr);
+      learner::Learner learner(learner::learner_settings(config), world, mailbox, policy, learner_comm, sync_comm.get(),
+                               resume, world.is_coordinator() ? heartbeat : nullptr);
       learner.use_gradient_communicator(*gradient_comm);
       learner.run(stop);
       if (world.is_coordinator()) {
@@ -155,7 +156,7 @@ int run_pretrain_command(const config::Config& config) {
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
   model::Policy policy(config.model, config.moe);
   std::printf("%s\n", model::parameter_report(*policy).format().c_str());
-  const learner::PretrainReport report = learner::pretrain(config, policy);
+  const learner::PretrainReport report = learner::pretrain(learner::pretrain_settings(config), policy);
   std::printf("pretrain: %lld steps in %.0f s, loss %.3f -> %.3f, action-token accuracy %.1f%%; saved %s\n",
               static_cast<long long>(report.steps), report.wall_s, report.first_loss, report.final_loss,
               100 * report.final_accuracy, report.path.c_str());

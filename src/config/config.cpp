@@ -94,6 +94,12 @@ std::string Config::run_directory() const {
   return run.output_dir + (run.output_dir.back() == '/' ? "" : "/") + run.name;
 }
 
+std::string Config::metrics_path() const { return run_directory() + "/" + telemetry.metrics_file; }
+
+std::string Config::env_archive_directory() const {
+  return env.archive_dir.empty() ? run_directory() + "/archive/env" : env.archive_dir;
+}
+
 namespace {
 
 class Loader {
@@ -307,6 +313,13 @@ class Loader {
     require(config_.cluster.heartbeat_timeout_s > 2 * config_.cluster.heartbeat_interval_s,
             "cluster.heartbeat_timeout_s",
             "must be more than twice cluster.heartbeat_interval_s (one late beat is not a loss)");
+    // An actor asks for work only when a whole group fits its free sessions
+    // (rollout::Actor::request_work): a larger group would never be asked for.
+    const RolloutSection& r = config_.rollout;
+    require(r.group_size <= r.sessions_per_actor, "rollout.group_size",
+            "must be <= rollout.sessions_per_actor (" + std::to_string(r.sessions_per_actor) +
+                ": an actor runs a whole group at once, so it would never ask for work), got " +
+                std::to_string(r.group_size));
     // Asynchronous rollouts make which weights sample which tokens a matter of timing.
     require(!(config_.run.deterministic && config_.sync.asynchronous), "run.deterministic",
             "needs synchronous rollouts: set sync.asynchronous = false");

@@ -382,7 +382,9 @@ SectionSpec rollout_section() {
       "end_episode ends the episode (flagged truncated); drop_oldest_turns keeps the task statement, "
       "drops whole old turns until it fits, rebuilds the KV cache and goes on (the episode counts "
       "dropped_turns; the learner scores each rebuilt context on its own).");
-  b.field("group_size", &RolloutSection::group_size, "Samples per task seed (GRPO group size G).").between(1, 1024);
+  b.field("group_size", &RolloutSection::group_size,
+          "Samples per task seed (GRPO group size G); at most sessions_per_actor (an actor runs a whole group).")
+      .between(1, 1024);
   b.field("eval_episodes", &RolloutSection::eval_episodes,
           "Held-out episodes per family evaluated before and after training; 0 = none.")
       .at_least(0);

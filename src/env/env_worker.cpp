@@ -9,19 +9,6 @@
 
 namespace moerl::env {
 
-SessionHostOptions session_host_options(const config::Config& config, int compute_threads) {
-  SessionHostOptions options;
-  options.env = config.env;
-  options.external = config.env_external;
-  options.faults = config.faults;
-  // Environment steps mostly wait (on processes, on I/O); a few threads per
-  // core keep them overlapped without taking compute from the rank.
-  options.threads = config.env.threads > 0 ? static_cast<int>(config.env.threads) : std::max(2, 2 * compute_threads);
-  options.archive_dir =
-      config.env.archive_dir.empty() ? config.run_directory() + "/archive/env" : config.env.archive_dir;
-  return options;
-}
-
 EnvWorkerService::EnvWorkerService(SessionHost& host, runtime::Mailbox& mailbox, int coordinator_rank)
     : host_(host), mailbox_(mailbox), coordinator_(coordinator_rank) {}
 

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "moerl/config/config.h"
 #include "moerl/core/hash.h"
 #include "moerl/core/utf8.h"
 #include "moerl/env/external_environment.h"
@@ -46,6 +47,18 @@ std::unique_ptr<Environment> create_environment(const std::string& family, const
 }
 
 }  // namespace
+
+SessionHostOptions session_host_options(const config::Config& config, int compute_threads) {
+  SessionHostOptions options;
+  options.env = config.env;
+  options.external = config.env_external;
+  options.faults = config.faults;
+  // Environment steps mostly wait (on processes, on I/O); a few threads per
+  // core keep them overlapped without taking compute from the rank.
+  options.threads = config.env.threads > 0 ? static_cast<int>(config.env.threads) : std::max(2, 2 * compute_threads);
+  options.archive_dir = config.env_archive_directory();
+  return options;
+}
 
 const char* request_kind_name(RequestKind kind) {
   switch (kind) {

@@ -7,21 +7,22 @@
 namespace moerl::env {
 namespace {
 
-const config::EnvFamilySection* overrides_for(const config::Config& config, const std::string& family) {
-  const auto it = config.env_families.find(family);
-  return it == config.env_families.end() ? nullptr : &it->second;
+const config::EnvFamilySection* overrides_for(const config::EnvFamilySections& families, const std::string& family) {
+  const auto it = families.find(family);
+  return it == families.end() ? nullptr : &it->second;
 }
 
 }  // namespace
 
-TaskSpec make_task(const config::Config& config, const std::string& family, std::uint64_t seed) {
+TaskSpec make_task(const config::EnvSection& env, const config::EnvFamilySections& families, const std::string& family,
+                   std::uint64_t seed) {
   TaskSpec task;
   task.family = family;
   task.seed = seed;
-  task.difficulty = static_cast<int>(config.env.difficulty);
-  task.shaping = config.env.shaping == config::Shaping::Shaped ? RewardShaping::Shaped : RewardShaping::Sparse;
-  task.max_turns = static_cast<int>(config.env.max_turns);
-  if (const auto* own = overrides_for(config, family)) {
+  task.difficulty = static_cast<int>(env.difficulty);
+  task.shaping = env.shaping == config::Shaping::Shaped ? RewardShaping::Shaped : RewardShaping::Sparse;
+  task.max_turns = static_cast<int>(env.max_turns);
+  if (const auto* own = overrides_for(families, family)) {
     if (own->difficulty > 0) task.difficulty = static_cast<int>(own->difficulty);
     if (own->max_turns > 0) task.max_turns = static_cast<int>(own->max_turns);
     if (own->shaping != config::ShapingChoice::Inherit)
@@ -30,16 +31,15 @@ TaskSpec make_task(const config::Config& config, const std::string& family, std:
   return task;
 }
 
-std::string pick_family(const config::Config& config, std::uint64_t draw, const std::set<std::string>& excluded,
-                        const std::map<std::string, double>& scales) {
-  const auto& families = config.env.families;
-  MOERL_CHECK(!families.empty(), "[env] families is empty");
+std::string pick_family(const config::EnvSection& env, const config::EnvFamilySections& families, std::uint64_t draw,
+                        const std::set<std::string>& excluded, const std::map<std::string, double>& scales) {
+  MOERL_CHECK(!env.families.empty(), "[env] families is empty");
   std::vector<std::string> allowed;
-  for (const std::string& f : families)
+  for (const std::string& f : env.families)
     if (!excluded.count(f)) allowed.push_back(f);
   if (allowed.empty()) return "";
   auto weight_of = [&](const std::string& f) {
-    const auto* own = overrides_for(config, f);
+    const auto* own = overrides_for(families, f);
     const auto scale = scales.find(f);
     return (own ? own->weight : 1.0) * (scale == scales.end() ? 1.0 : scale->second);
   };

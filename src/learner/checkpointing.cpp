@@ -223,8 +223,18 @@ bool StalenessAccount::operator==(const StalenessAccount& other) const {
          trimmed(tokens_by_lag) == trimmed(other.tokens_by_lag);
 }
 
-std::string checkpoint_directory(const config::Config& config) {
-  return config.checkpoint.directory.empty() ? config.run_directory() + "/checkpoints" : config.checkpoint.directory;
+CheckpointSettings checkpoint_settings(const config::Config& config) {
+  CheckpointSettings settings;
+  settings.checkpoint = config.checkpoint;
+  settings.directory =
+      config.checkpoint.directory.empty() ? config.run_directory() + "/checkpoints" : config.checkpoint.directory;
+  settings.config_toml = config::to_toml(config);
+  settings.deterministic = config.run.deterministic;
+  settings.metrics_path = config.metrics_path();
+  settings.env_archive_dir = config.env_archive_directory();
+  settings.crash_point = config.faults.checkpoint_crash_point;
+  settings.crash_version = config.faults.checkpoint_crash_version;
+  return settings;
 }
 
 std::vector<std::uint8_t> cpu_generator_state() {
@@ -243,13 +253,13 @@ void set_cpu_generator_state(const std::vector<std::uint8_t>& state) {
   generator.set_state(tensor);
 }
 
-std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& policy,
+std::uint64_t save_checkpoint(const CheckpointSettings& settings, model::PolicyImpl& policy,
                               torch::optim::Optimizer& optimizer, const LearnerState& state,
                               const storage::FaultInjection& faults, std::optional<std::int64_t> latest_expected,
                               torch::nn::Module* value_head) {
   storage::StoreOptions options;
   options.faults = faults;
-  storage::CheckpointStore store(checkpoint_directory(config), options);
+  storage::CheckpointStore store(settings.directory, options);
   std::filesystem::create_directories(store.directory());
   auto writer = store.shard_writer(state.version, 0, 1);
   for (const auto& [name, tensor] : trained_arrays(policy, value_head)) {
@@ -272,18 +282,18 @@ std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& p
                     lags.size() * sizeof(std::int64_t));
   writer->set_attribute(kTakenGroups, state.staleness.taken_groups);
   writer->set_attribute(kDroppedGroups, state.staleness.dropped_groups);
-  writer->set_attribute(kActorRngScheme,
-                        std::string(config.run.deterministic
-                                        ? "counter-based: splitmix64(run seed, task seed, sample index) per episode, "
-                                          "token position as the counter; no state to save"
-                                        : "counter-based: splitmix64(episode id, run seed) per episode, token "
-                                          "position as the counter; no state to save"));
+  writer->set_attribute(
+      kActorRngScheme,
+      std::string(settings.deterministic ? "counter-based: splitmix64(run seed, task seed, sample index) per episode, "
+                                           "token position as the counter; no state to save"
+                                         : "counter-based: splitmix64(episode id, run seed) per episode, token "
+                                           "position as the counter; no state to save"));
   writer->set_attribute(storage::attribute_key::kLearnerStep, state.step);
   writer->set_attribute(storage::attribute_key::kPolicyVersion, state.version);
   writer->set_attribute("coordinator.next_group", state.next_group);
   writer->set_attribute("coordinator.next_seed", state.next_seed);
   if (!state.coordinator_books.empty()) writer->set_attribute(kCoordinatorBooks, state.coordinator_books);
-  writer->set_attribute(storage::attribute_key::kConfigToml, config::to_toml(config));
+  writer->set_attribute(storage::attribute_key::kConfigToml, settings.config_toml);
   writer->set_attribute(std::string(storage::attribute_key::kMetricPrefix) + "reward_mean", state.reward_mean);
   const std::uint64_t bytes = writer->commit();
   if (!store.complete_version(state.version, 1, true, latest_expected)) {
@@ -291,14 +301,14 @@ std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& p
     spdlog::warn("checkpoint version {}: `latest` was moved to {} during the save; leaving it there", state.version,
                  latest ? storage::CheckpointStore::version_label(*latest) : std::string("nothing"));
   }
-  store.apply_retention(static_cast<int>(config.checkpoint.keep_last), state.version);
+  store.apply_retention(static_cast<int>(settings.checkpoint.keep_last), state.version);
   return bytes;
 }
 
-std::optional<LearnerState> load_checkpoint(const config::Config& config, const std::string& spec,
+std::optional<LearnerState> load_checkpoint(const std::string& run_store, const std::string& spec,
                                             model::PolicyImpl& policy, torch::optim::Optimizer* optimizer,
                                             torch::nn::Module* value_head) {
-  std::string directory = checkpoint_directory(config);
+  std::string directory = run_store;
   std::string which = "latest";
   if (spec != "auto") {
     const auto colon = spec.rfind(':');
@@ -333,35 +343,36 @@ std::optional<LearnerState> load_checkpoint(const config::Config& config, const 
   return state;
 }
 
-LearnerState load_checkpoint_version(const config::Config& config, std::int64_t version, model::PolicyImpl& policy,
+LearnerState load_checkpoint_version(const std::string& directory, std::int64_t version, model::PolicyImpl& policy,
                                      torch::optim::Optimizer* optimizer, torch::nn::Module* value_head) {
-  const storage::CheckpointStore store(checkpoint_directory(config));
+  const storage::CheckpointStore store(directory);
   return read_version(store, version, policy, optimizer, value_head);
 }
 
 // ---------------------------------------------------------------------------
-CheckpointSchedule::CheckpointSchedule(const config::Config& config)
-    : config_(config), directory_(checkpoint_directory(config)), last_save_s_(runtime::monotonic_seconds()) {
-  if (!config.checkpoint.archive_directory.empty())
-    archiver_ = std::make_unique<storage::Archiver>(directory_, config.checkpoint.archive_directory,
-                                                    static_cast<int>(config.checkpoint.archive_keep_last));
+CheckpointSchedule::CheckpointSchedule(CheckpointSettings settings)
+    : settings_(std::move(settings)), last_save_s_(runtime::monotonic_seconds()) {
+  const config::CheckpointSection& c = settings_.checkpoint;
+  if (!c.archive_directory.empty())
+    archiver_ = std::make_unique<storage::Archiver>(settings_.directory, c.archive_directory,
+                                                    static_cast<int>(c.archive_keep_last));
 }
 
 CheckpointSchedule::~CheckpointSchedule() = default;
 
 bool CheckpointSchedule::due(std::int64_t step) const {
-  const auto& c = config_.checkpoint;
+  const auto& c = settings_.checkpoint;
   if (c.every_steps > 0 && step % c.every_steps == 0) return true;
   return c.every_minutes > 0 && runtime::monotonic_seconds() - last_save_s_ >= 60 * c.every_minutes;
 }
 
 void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer, const LearnerState& state,
                               torch::nn::Module* value_head) {
-  const config::FaultsSection& f = config_.faults;
   storage::FaultInjection faults;
-  const bool this_save = f.checkpoint_crash_version < 0 ? saves_ == 0 : f.checkpoint_crash_version == state.version;
-  if (f.checkpoint_crash_point != config::CheckpointCrashPoint::None && this_save) {
-    faults.point = fault_point(f.checkpoint_crash_point);
+  const std::int64_t crash = settings_.crash_version;
+  const bool this_save = crash < 0 ? saves_ == 0 : crash == state.version;
+  if (settings_.crash_point != config::CheckpointCrashPoint::None && this_save) {
+    faults.point = fault_point(settings_.crash_point);
     faults.action = storage::FaultAction::Exit;
     spdlog::warn("[faults] checkpoint_crash_point: the save of version {} will stop at {}", state.version,
                  storage::fault_point_name(faults.point));
@@ -369,7 +380,7 @@ void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer
   const double started = runtime::monotonic_seconds();
   std::uint64_t bytes = 0;
   try {
-    bytes = save_checkpoint(config_, policy, optimizer, state, faults, expected_latest_, value_head);
+    bytes = save_checkpoint(settings_, policy, optimizer, state, faults, expected_latest_, value_head);
   } catch (...) {
     telemetry::metrics().add("checkpoint.failures");  // seen by a scrape before the job stops
     throw;
@@ -392,13 +403,12 @@ void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer
 void CheckpointSchedule::archive_after_save(std::int64_t version) {
   collect_archive_results(false);
   archive_jobs_.push_back(archiver_->archive_copy(version));
-  const std::string metrics = config_.run_directory() + "/" + config_.telemetry.metrics_file;
+  const std::string& metrics = settings_.metrics_path;
   std::error_code ec;
   if (fs::exists(metrics, ec))
     archive_jobs_.push_back(archiver_->archive_file(metrics, "metrics/" + fs::path(metrics).filename().string()));
   // Environment snapshots: copy the files that are new or grew since the last time.
-  const std::string env_dir =
-      config_.env.archive_dir.empty() ? config_.run_directory() + "/archive/env" : config_.env.archive_dir;
+  const std::string& env_dir = settings_.env_archive_dir;
   if (!fs::is_directory(env_dir, ec)) return;
   for (const auto& entry : fs::directory_iterator(env_dir, ec)) {
     if (!entry.is_regular_file(ec)) continue;
@@ -434,12 +444,12 @@ void CheckpointSchedule::collect_archive_results(bool wait) {
 
 std::optional<std::int64_t> CheckpointSchedule::rollback_request() const {
   std::error_code ec;
-  if (!expected_latest_ || !fs::is_directory(directory_, ec)) return std::nullopt;
+  if (!expected_latest_ || !fs::is_directory(settings_.directory, ec)) return std::nullopt;
   try {
-    const std::optional<std::int64_t> latest = storage::CheckpointStore(directory_).latest();
+    const std::optional<std::int64_t> latest = storage::CheckpointStore(settings_.directory).latest();
     if (latest && *latest != *expected_latest_) return latest;
   } catch (const Error& error) {
-    spdlog::warn("checkpoint store {}: {}", directory_, error.what());
+    spdlog::warn("checkpoint store {}: {}", settings_.directory, error.what());
   }
   return std::nullopt;
 }
@@ -447,24 +457,24 @@ std::optional<std::int64_t> CheckpointSchedule::rollback_request() const {
 void CheckpointSchedule::accept_latest() {
   expected_latest_.reset();
   std::error_code ec;
-  if (!fs::is_directory(directory_, ec)) return;
+  if (!fs::is_directory(settings_.directory, ec)) return;
   try {
-    expected_latest_ = storage::CheckpointStore(directory_).latest();
+    expected_latest_ = storage::CheckpointStore(settings_.directory).latest();
   } catch (const Error& error) {
-    spdlog::warn("checkpoint store {}: {}", directory_, error.what());
+    spdlog::warn("checkpoint store {}: {}", settings_.directory, error.what());
   }
 }
 
 void CheckpointSchedule::finish() {
   if (!archiver_) return;
   const double started = runtime::monotonic_seconds();
-  if (!archiver_->wait_idle_for(config_.checkpoint.archive_wait_s))
+  if (!archiver_->wait_idle_for(settings_.checkpoint.archive_wait_s))
     throw Error("archive: " + std::to_string(archiver_->pending()) + " copies into '" +
-                config_.checkpoint.archive_directory + "' still unfinished after [checkpoint] archive_wait_s = " +
-                std::to_string(config_.checkpoint.archive_wait_s) + " s");
+                settings_.checkpoint.archive_directory + "' still unfinished after [checkpoint] archive_wait_s = " +
+                std::to_string(settings_.checkpoint.archive_wait_s) + " s");
   collect_archive_results(true);
   spdlog::info("archive: copies in {} complete (waited {:.1f} s at the end; {} failed)",
-               config_.checkpoint.archive_directory, runtime::monotonic_seconds() - started, archive_errors_.size());
+               settings_.checkpoint.archive_directory, runtime::monotonic_seconds() - started, archive_errors_.size());
 }
 
 }  // namespace moerl::learner

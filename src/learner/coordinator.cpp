@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "moerl/config/config.h"
 #include "moerl/core/json_value.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/metrics_report.h"
@@ -17,26 +18,36 @@ double now_s() { return runtime::monotonic_seconds(); }
 
 }  // namespace
 
-Coordinator::Coordinator(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
+CoordinatorSettings coordinator_settings(const config::Config& config) {
+  CoordinatorSettings settings;
+  settings.tasks = task_coordinator_settings(config);
+  settings.telemetry = config.telemetry;
+  settings.metrics_path = config.metrics_path();
+  settings.message_timeout_s = config.cluster.message_timeout_s;
+  settings.malformed_message_limit = config.cluster.malformed_message_limit;
+  return settings;
+}
+
+Coordinator::Coordinator(const CoordinatorSettings& settings, const runtime::World& world, runtime::Mailbox& mailbox,
                          int learners, EpisodeInbox& own_inbox, runtime::HeartbeatThread* heartbeat)
-    : config_(config),
+    : settings_(settings),
       world_(world),
       mailbox_(mailbox),
       learners_(learners),
       own_inbox_(own_inbox),
       heartbeat_(heartbeat),
-      tasks_(config, mailbox, learners, world.layout().ranks_of(runtime::Role::Actor)),
-      watch_(config.cluster.message_timeout_s),
-      malformed_(world.layout(), config.cluster.malformed_message_limit, "learner 0"),
-      metric_warnings_({config.telemetry.imbalance_warn_ratio, config.telemetry.env_p99_warn_s}) {}
+      tasks_(settings.tasks, mailbox, learners, world.layout().ranks_of(runtime::Role::Actor)),
+      watch_(settings.message_timeout_s),
+      malformed_(world.layout(), settings.malformed_message_limit, "learner 0"),
+      metric_warnings_({settings.telemetry.imbalance_warn_ratio, settings.telemetry.env_p99_warn_s}) {}
 
 Coordinator::~Coordinator() { stop(); }
 
 void Coordinator::start() {
   if (thread_.joinable()) return;
-  if (config_.telemetry.prometheus_port > 0 && !metrics_server_) {
-    metrics_server_ = std::make_unique<telemetry::MetricsServer>(config_.telemetry.prometheus_bind,
-                                                                 static_cast<int>(config_.telemetry.prometheus_port),
+  if (settings_.telemetry.prometheus_port > 0 && !metrics_server_) {
+    metrics_server_ = std::make_unique<telemetry::MetricsServer>(settings_.telemetry.prometheus_bind,
+                                                                 static_cast<int>(settings_.telemetry.prometheus_port),
                                                                  [this] { return prometheus_page(); });
     spdlog::info("metrics: Prometheus can scrape {}", metrics_server_->url());
   }
@@ -137,13 +148,13 @@ void Coordinator::drop_malformed(const runtime::MessageError& error, bool lost_e
 void Coordinator::watch_progress(double now) {
   if (tasks_.phase() == TaskCoordinator::Phase::Train && tasks_.all_families_paused()) {
     std::string families;
-    for (const std::string& family : config_.env.families)
+    for (const std::string& family : settings_.tasks.env.families)
       families += (families.empty() ? "" : "; ") + family + ": " + tasks_.breaker().last_error(family);
     fail("every task family is paused by the circuit breaker (their sessions keep failing): " + families,
          runtime::kJobFailedExitStatus);
     return;
   }
-  const double quiet_s = 3 * config_.telemetry.metrics_interval_s;
+  const double quiet_s = 3 * settings_.telemetry.metrics_interval_s;
   if (watch_.expired(now)) {
     const std::string quiet = watch_.quiet_ranks(world_.layout(), quiet_s, now);
     fail("no episodes arrived for " + std::to_string(static_cast<int>(watch_.idle_s(now))) +
@@ -205,7 +216,7 @@ void Coordinator::record_restart(std::int64_t step, int restarts, const std::str
 void Coordinator::note_restart(std::int64_t step, int restarts, const std::string& restart_cause) {
   telemetry::metrics().set("job.restarts", restarts);
   // Steps logged past the checkpoint were done by the attempt that failed: they run again.
-  const std::string metrics_path = config_.run_directory() + "/" + config_.telemetry.metrics_file;
+  const std::string& metrics_path = settings_.metrics_path;
   const std::int64_t dropped = telemetry::keep_lines_through_step(metrics_path, step);
   if (dropped > 0)
     spdlog::info("resume: dropped {} lines past step {} from {} (those steps run again)", dropped, step, metrics_path);
@@ -260,9 +271,7 @@ void Coordinator::write_metrics_line(std::int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   telemetry::record_resident_memory();  // learner 0 sends no report of its own
   aggregator_.update(telemetry::metrics().snapshot());
-  if (!metrics_file_)
-    metrics_file_ =
-        std::make_unique<telemetry::JsonLinesFile>(config_.run_directory() + "/" + config_.telemetry.metrics_file);
+  if (!metrics_file_) metrics_file_ = std::make_unique<telemetry::JsonLinesFile>(settings_.metrics_path);
   metrics_file_->append(aggregator_.json_line(step));
   log_metric_warnings();
 }

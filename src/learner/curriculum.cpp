@@ -34,22 +34,22 @@ double learning_progress(double fast, double slow, std::int64_t seen) {
 
 }  // namespace
 
-Curriculum::Curriculum(const config::Config& config)
-    : curriculum_(config.env.curriculum),
-      adaptive_weights_(config.env.adaptive_weights),
-      window_(static_cast<size_t>(config.env.curriculum_window)),
-      raise_at_(config.env.curriculum_raise_at),
-      lower_at_(config.env.curriculum_lower_at) {
-  for (const std::string& family : config.env.families) {
+Curriculum::Curriculum(const config::EnvSection& env_section, const config::EnvFamilySections& families)
+    : curriculum_(env_section.curriculum),
+      adaptive_weights_(env_section.adaptive_weights),
+      window_(static_cast<size_t>(env_section.curriculum_window)),
+      raise_at_(env_section.curriculum_raise_at),
+      lower_at_(env_section.curriculum_lower_at) {
+  for (const std::string& family : env_section.families) {
     FamilyState state;
-    state.difficulty = env::make_task(config, family, 0).difficulty;
+    state.difficulty = env::make_task(env_section, families, family, 0).difficulty;
     state.min_difficulty = 1;
     // External environments say nothing of their range: only the configured level.
     const env::TaskFamily* builtin = env::find_builtin_family(family);
     state.max_difficulty = builtin ? builtin->max_difficulty : state.difficulty;
-    if (config.env.curriculum_max_difficulty > 0)
+    if (env_section.curriculum_max_difficulty > 0)
       state.max_difficulty =
-          std::min<int>(state.max_difficulty, static_cast<int>(config.env.curriculum_max_difficulty));
+          std::min<int>(state.max_difficulty, static_cast<int>(env_section.curriculum_max_difficulty));
     state.max_difficulty = std::max(state.max_difficulty, state.difficulty);
     if (!builtin) state.min_difficulty = state.difficulty;
     families_[family] = state;

@@ -2,19 +2,27 @@
 
 #include <chrono>
 
+#include "moerl/config/config.h"
 #include "moerl/runtime/failover_messages.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::learner {
 
-EpisodeReceiver::EpisodeReceiver(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
-                                 EpisodeInbox& inbox)
+EpisodeReceiverSettings episode_receiver_settings(const config::Config& config) {
+  EpisodeReceiverSettings settings;
+  settings.malformed_message_limit = config.cluster.malformed_message_limit;
+  settings.metrics_interval_s = config.telemetry.metrics_interval_s;
+  return settings;
+}
+
+EpisodeReceiver::EpisodeReceiver(const EpisodeReceiverSettings& settings, const runtime::World& world,
+                                 runtime::Mailbox& mailbox, EpisodeInbox& inbox)
     : world_(world),
       mailbox_(mailbox),
       inbox_(inbox),
-      malformed_(world.layout(), config.cluster.malformed_message_limit, world.role_label()),
-      reporter_(mailbox, config.telemetry.metrics_interval_s) {
+      malformed_(world.layout(), settings.malformed_message_limit, world.role_label()),
+      reporter_(mailbox, settings.metrics_interval_s) {
   thread_ = std::thread([this] { loop(); });
 }
 

@@ -2,8 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 #include "moerl/core/error.h"
-#include "moerl/learner/checkpointing.h"
 #include "moerl/learner/coordinator.h"
 #include "moerl/storage/checkpoint_store.h"
 #include "moerl/telemetry/metrics.h"
@@ -31,8 +32,8 @@ std::string joined(const std::vector<std::string>& items) {
 
 }  // namespace
 
-EvaluationWatch::EvaluationWatch(const config::Config& config)
-    : config_(config), directory_(checkpoint_directory(config)) {}
+EvaluationWatch::EvaluationWatch(const config::EvalSection& eval, std::string checkpoint_directory)
+    : eval_(eval), directory_(std::move(checkpoint_directory)) {}
 
 void EvaluationWatch::after_step(Coordinator& coordinator, bool base_ready) {
   if (base_ready && !base_written_) {
@@ -80,7 +81,7 @@ void EvaluationWatch::judge(const EvaluationRecord& record) {
   telemetry::metrics().add("learner.eval_regressions");
   spdlog::warn("evaluation: version {} is below {} beyond the 95% interval ({} in a row): {}", record.version,
                ref->second, regressed_in_a_row_, joined(worse));
-  if (config_.eval.auto_rollback && regressed_in_a_row_ >= config_.eval.rollback_after) roll_back_to_stable();
+  if (eval_.auto_rollback && regressed_in_a_row_ >= eval_.rollback_after) roll_back_to_stable();
 }
 
 void EvaluationWatch::roll_back_to_stable() {
@@ -92,7 +93,7 @@ void EvaluationWatch::roll_back_to_stable() {
       spdlog::warn(
           "auto_rollback: {} evaluations in a row regressed, but no version is tagged stable in {} "
           "(moerl checkpoint accept tags one); the job goes on",
-          config_.eval.rollback_after, directory_);
+          eval_.rollback_after, directory_);
       return;
     }
     const storage::RollbackResult moved = store.rollback_to(kStableTag);
@@ -100,7 +101,7 @@ void EvaluationWatch::roll_back_to_stable() {
     spdlog::warn(
         "auto_rollback: {} evaluations in a row regressed; `latest` moved to stable v{} (from {}); the "
         "learners load it after this step",
-        config_.eval.rollback_after, moved.to, moved.from ? "v" + std::to_string(*moved.from) : "none");
+        eval_.rollback_after, moved.to, moved.from ? "v" + std::to_string(*moved.from) : "none");
   } catch (const Error& error) {
     spdlog::error("auto_rollback: could not return to stable in {}: {}", directory_, error.what());
   }

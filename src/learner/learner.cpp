@@ -10,7 +10,9 @@
 #include <iomanip>
 #include <sstream>
 #include <thread>
+#include <utility>
 
+#include "moerl/config/config.h"
 #include "moerl/core/check.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/model/precision.h"
@@ -34,43 +36,62 @@ std::string format_duration(double seconds) {
 
 }  // namespace
 
-Learner::Learner(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
-                 model::Policy policy, comm::Communicator& learner_comm, comm::Communicator* sync_comm,
-                 const std::string& resume, runtime::HeartbeatThread* heartbeat)
-    : config_(config),
+LearnerSettings learner_settings(const config::Config& config) {
+  LearnerSettings settings;
+  settings.model = config.model;
+  settings.moe = config.moe;
+  settings.algo = config.algo;
+  settings.optim = config.optim;
+  settings.sync = config.sync;
+  settings.rollout = config.rollout;
+  settings.dtype = config.run.dtype;
+  settings.deterministic = config.run.deterministic;
+  settings.message_timeout_s = config.cluster.message_timeout_s;
+  settings.run_directory = config.run_directory();
+  settings.coordinator = coordinator_settings(config);
+  settings.checkpoints = checkpoint_settings(config);
+  settings.eval = config.eval;
+  settings.receiver = episode_receiver_settings(config);
+  return settings;
+}
+
+Learner::Learner(LearnerSettings settings, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
+                 comm::Communicator& learner_comm, comm::Communicator* sync_comm, const std::string& resume,
+                 runtime::HeartbeatThread* heartbeat)
+    : settings_(std::move(settings)),
       world_(world),
       mailbox_(mailbox),
       policy_(policy),
       learner_comm_(learner_comm),
       // A group short of members lost in malformed messages is taken after half the
       // progress watch's limit: before the watch would stop a job waiting for nothing else.
-      inbox_(static_cast<int>(config.rollout.group_size), config.cluster.message_timeout_s / 2) {
+      inbox_(static_cast<int>(settings_.rollout.group_size), settings_.message_timeout_s / 2) {
   learners_ = learner_comm.size();
   device_ = policy_->embed_tokens->weight.device();
   compute_ = policy_;
-  if (model::is_mixed_precision(config.run.dtype)) {
+  if (model::is_mixed_precision(settings_.dtype)) {
     // The compute copy: same architecture, run.dtype, on the master's device.
-    compute_ = model::Policy(config.model, config.moe);
-    compute_->to(device_, model::compute_dtype(config.run.dtype));
+    compute_ = model::Policy(settings_.model, settings_.moe);
+    compute_->to(device_, model::compute_dtype(settings_.dtype));
     mixed_ = std::make_unique<MixedPrecision>(*policy_, *compute_);
   }
-  auto options = torch::optim::AdamWOptions(config.optim.lr)
-                     .betas(std::make_tuple(config.optim.beta1, config.optim.beta2))
-                     .weight_decay(config.optim.weight_decay);
+  auto options = torch::optim::AdamWOptions(settings_.optim.lr)
+                     .betas(std::make_tuple(settings_.optim.beta1, settings_.optim.beta2))
+                     .weight_decay(settings_.optim.weight_decay);
   optimizer_ = std::make_unique<torch::optim::AdamW>(policy_->parameters(), options);
-  if (config.algo.advantage == config::AdvantageEstimator::Ppo) {
+  if (settings_.algo.advantage == config::AdvantageEstimator::Ppo) {
     // A float32 critic beside the policy: it is small, and reads the hidden state widened to float32.
-    value_head_ = ValueHead(config.model.d_model);
+    value_head_ = ValueHead(settings_.model.d_model);
     value_head_->to(device_);
     auto value_options = std::make_unique<torch::optim::AdamWOptions>(options);
-    value_options->lr(config.optim.lr * config.algo.value_lr_scale);
+    value_options->lr(settings_.optim.lr * settings_.algo.value_lr_scale);
     optimizer_->add_param_group(torch::optim::OptimizerParamGroup(value_head_->parameters(), std::move(value_options)));
   }
-  if (config.algo.kl != config::KlMode::None) {
+  if (settings_.algo.kl != config::KlMode::None) {
     // The frozen reference: a copy of the starting weights.
-    reference_ = model::Policy(config.model, config.moe);
+    reference_ = model::Policy(settings_.model, settings_.moe);
     // Inference only: no master copy, the compute dtype directly.
-    reference_->to(device_, model::compute_dtype(config.run.dtype));
+    reference_->to(device_, model::compute_dtype(settings_.dtype));
     torch::NoGradGuard no_grad;
     auto source = policy_->parameters();
     auto target = reference_->parameters();
@@ -79,22 +100,24 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
     for (auto& p : reference_->parameters()) p.set_requires_grad(false);
   }
   if (world.is_coordinator()) {
-    coordinator_ = std::make_unique<Coordinator>(config, world, mailbox, learners_, inbox_, heartbeat);
+    coordinator_ = std::make_unique<Coordinator>(settings_.coordinator, world, mailbox, learners_, inbox_, heartbeat);
     MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
     sync_comm_ = sync_comm;
     // The actors' dtype on the wire: bf16 runs publish half the bytes.
-    host_weights_ = std::make_unique<sync::HostWeights>(*policy_, model::compute_dtype(config.run.dtype));
+    host_weights_ = std::make_unique<sync::HostWeights>(*policy_, model::compute_dtype(settings_.dtype));
     publisher_ = std::make_unique<sync::WeightPublisher>(
-        *sync_comm, host_weights_->views(), sync::sync_options(config.sync, config.cluster.message_timeout_s));
+        *sync_comm, host_weights_->views(), sync::sync_options(settings_.sync, settings_.message_timeout_s));
   }
   if (world.is_coordinator()) {
-    checkpoints_ = std::make_unique<CheckpointSchedule>(config);
-    evaluations_ = std::make_unique<EvaluationWatch>(config);
+    checkpoints_ = std::make_unique<CheckpointSchedule>(settings_.checkpoints);
+    evaluations_ = std::make_unique<EvaluationWatch>(settings_.eval, settings_.checkpoints.directory);
   }
-  if (!world.is_coordinator()) receiver_ = std::make_unique<EpisodeReceiver>(config, world, mailbox, inbox_);
+  if (!world.is_coordinator())
+    receiver_ = std::make_unique<EpisodeReceiver>(settings_.receiver, world, mailbox, inbox_);
   rng_states_.assign(static_cast<size_t>(learners_), {});
   if (!resume.empty()) {
-    if (const auto state = load_checkpoint(config, resume, *policy_, optimizer_.get(), value_head_module())) {
+    if (const auto state =
+            load_checkpoint(settings_.checkpoints.directory, resume, *policy_, optimizer_.get(), value_head_module())) {
       if (mixed_) mixed_->refresh();
       step_ = state->step;
       version_ = state->version;
@@ -116,7 +139,7 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
         telemetry::metrics().add("learner.dropped_groups", static_cast<double>(staleness_.dropped_groups));
       }
     } else if (world.is_coordinator()) {
-      spdlog::info("--resume auto: no checkpoint in {}; starting fresh", checkpoint_directory(config));
+      spdlog::info("--resume auto: no checkpoint in {}; starting fresh", settings_.checkpoints.directory);
       if (coordinator_)
         coordinator_->record_restart(0, runtime::launcher_restarts(), runtime::launcher_restart_cause());
     }
@@ -124,13 +147,13 @@ Learner::Learner(const config::Config& config, const runtime::World& world, runt
 }
 
 double Learner::learning_rate(std::int64_t step) const {
-  const auto& o = config_.optim;
+  const auto& o = settings_.optim;
   return scheduled_lr({o.lr, o.warmup_steps, o.total_steps, o.cosine}, step);
 }
 
 std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t& dropped, std::int64_t& taken,
                                                                    std::int64_t& failed) {
-  const auto quota = static_cast<size_t>((config_.algo.groups_per_step + learners_ - 1) / learners_);
+  const auto quota = static_cast<size_t>((settings_.algo.groups_per_step + learners_ - 1) / learners_);
   std::vector<std::vector<rollout::Trajectory>> groups = inbox_.take_groups(quota, now_s());
   if (groups.empty()) return {};
   batch_storage_.clear();
@@ -149,7 +172,7 @@ std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t&
       continue;
     }
     // Deterministic mode: (group, sample index) order, not arrival order (episode ids encode both there).
-    if (config_.run.deterministic)
+    if (settings_.deterministic)
       std::sort(episodes.begin(), episodes.end(),
                 [](const auto& a, const auto& b) { return a.episode_id < b.episode_id; });
     std::int32_t oldest = std::numeric_limits<std::int32_t>::max();
@@ -160,7 +183,7 @@ std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t&
       if (e.dropped_turns > 0) telemetry::metrics().add("learner.context_rebuilt_episodes");
     }
     // Bounded staleness: a group sampled by weights older than allowed is not trained on.
-    if (oldest != std::numeric_limits<std::int32_t>::max() && version_ - oldest > config_.sync.max_staleness) {
+    if (oldest != std::numeric_limits<std::int32_t>::max() && version_ - oldest > settings_.sync.max_staleness) {
       ++dropped;
       ++staleness_step_.dropped_groups;
       continue;
@@ -208,8 +231,7 @@ void Learner::checkpoint_step(bool done, double reward_mean) {
   const size_t mine = kHead + rng.size() * static_cast<size_t>(learner_comm_.rank());
   for (size_t i = 0; i < rng.size(); ++i) shared[mine + i] = rng[i];
   if (learners_ > 1)
-    learner_comm_.allreduce_sum(shared.data(), shared.size(), comm::DataType::Float64,
-                                config_.cluster.message_timeout_s);
+    learner_comm_.allreduce_sum(shared.data(), shared.size(), comm::DataType::Float64, settings_.message_timeout_s);
   StalenessAccount step;
   step.taken_groups = static_cast<std::int64_t>(shared[2]);
   step.dropped_groups = static_cast<std::int64_t>(shared[3]);
@@ -231,8 +253,8 @@ void Learner::checkpoint_step(bool done, double reward_mean) {
 
 void Learner::roll_back_to(std::int64_t version) {
   const std::int64_t from = version_;
-  const LearnerState loaded =
-      load_checkpoint_version(config_, version, *policy_, optimizer_.get(), value_head_module());
+  const LearnerState loaded = load_checkpoint_version(settings_.checkpoints.directory, version, *policy_,
+                                                      optimizer_.get(), value_head_module());
   if (mixed_) mixed_->refresh();
   // A new policy version carries the rolled-back weights, so that every
   // trajectory's versions stay monotonic and staleness keeps its meaning.
@@ -265,8 +287,8 @@ void Learner::recover_sync_group() {
   // header broadcasts fail once the group is revoked, which survivors() does).
   sync_survivors_ = sync_comm_->survivors();
   sync_comm_ = sync_survivors_.get();
-  publisher_ = std::make_unique<sync::WeightPublisher>(
-      *sync_comm_, host_weights_->views(), sync::sync_options(config_.sync, config_.cluster.message_timeout_s));
+  publisher_ = std::make_unique<sync::WeightPublisher>(*sync_comm_, host_weights_->views(),
+                                                       sync::sync_options(settings_.sync, settings_.message_timeout_s));
   telemetry::metrics().add("learner.sync_recoveries");
   spdlog::warn("learner 0: weight-sync group rebuilt with {} members; publishing version {} again", sync_comm_->size(),
                version_);
@@ -325,13 +347,12 @@ std::int64_t Learner::episodes_to_drain() {
     for (size_t l = 0; l < expected.size(); ++l) expected[l] = static_cast<double>(assigned[l]);
   }
   if (learners_ > 1)
-    learner_comm_.allreduce_sum(expected.data(), expected.size(), comm::DataType::Float64,
-                                config_.cluster.message_timeout_s);
+    learner_comm_.allreduce_sum(expected.data(), expected.size(), comm::DataType::Float64, settings_.message_timeout_s);
   return static_cast<std::int64_t>(expected[static_cast<size_t>(learner_comm_.rank())]);
 }
 
 void Learner::drain_episodes(std::int64_t expected, runtime::StopCoordinator& stop) {
-  const double limit_s = 10 * config_.cluster.message_timeout_s;
+  const double limit_s = 10 * settings_.message_timeout_s;
   const double deadline = now_s() + limit_s;
   while (inbox_.received() < expected && !stop.should_stop()) {
     if (now_s() > deadline)
@@ -364,7 +385,7 @@ bool Learner::wait_for_episodes(const std::function<bool()>& ready) {
   if (coordinator_) coordinator_->watch_episodes(true);
   // Learners other than learner 0 wait for learner 0 to end a stalled job;
   // this deadline is for a learner 0 that cannot.
-  double give_up = now_s() + 2 * config_.cluster.message_timeout_s;
+  double give_up = now_s() + 2 * settings_.message_timeout_s;
   double last_received = static_cast<double>(inbox_.received());
   bool stopped = false;
   for (;;) {
@@ -376,12 +397,12 @@ bool Learner::wait_for_episodes(const std::function<bool()>& ready) {
     }
     if (!coordinator_ && now_s() > give_up)
       throw runtime::TimeoutError("learner " + std::to_string(world_.role_index()) + ": no episodes arrived for " +
-                                  std::to_string(static_cast<int>(2 * config_.cluster.message_timeout_s)) +
+                                  std::to_string(static_cast<int>(2 * settings_.message_timeout_s)) +
                                   " s and learner 0 did not stop the job");
     inbox_.wait(0.01);
     if (static_cast<double>(inbox_.received()) != last_received) {
       last_received = static_cast<double>(inbox_.received());
-      give_up = now_s() + 2 * config_.cluster.message_timeout_s;
+      give_up = now_s() + 2 * settings_.message_timeout_s;
     }
   }
   if (coordinator_) coordinator_->watch_episodes(false);
@@ -391,7 +412,7 @@ bool Learner::wait_for_episodes(const std::function<bool()>& ready) {
 void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_step) {
   if (!world_.is_coordinator()) return;
   std::ostringstream line;
-  line << std::fixed << std::setprecision(2) << "step " << st.step + 1 << "/" << config_.optim.total_steps << " v"
+  line << std::fixed << std::setprecision(2) << "step " << st.step + 1 << "/" << settings_.optim.total_steps << " v"
        << version_ << " | reward " << st.reward_mean << " | success";
   for (const auto& [family, score] : st.by_family)
     line << " " << family << " " << std::setprecision(0) << 100 * score.success_rate() << "%";
@@ -400,7 +421,7 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
        << std::setprecision(2) << " | staleness " << st.staleness_mean << " (max " << st.staleness_max << ")"
        << " | sync " << std::setprecision(1) << 1e3 * last_sync_s_ << " ms | loss " << std::setprecision(4) << st.loss
        << " | |logp gap| " << std::setprecision(3) << st.behaviour_gap << " iw " << 1.0 + st.importance_weight_mean
-       << " | eta " << format_duration(per_step * static_cast<double>(config_.optim.total_steps - st.step - 1));
+       << " | eta " << format_duration(per_step * static_cast<double>(settings_.optim.total_steps - st.step - 1));
   if (st.dropped_groups) line << " | dropped " << st.dropped_groups << " stale groups";
   if (st.env_failures)
     line << " | env failures " << st.env_failures << " (" << st.failed_groups
@@ -444,9 +465,9 @@ void Learner::run(runtime::StopCoordinator& stop) {
   if (coordinator_) {
     coordinator_->set_progress(step_, version_);
     coordinator_->start();
-    const bool greedy_too = config_.rollout.eval_greedy && config_.rollout.eval_temperature > 0;
+    const bool greedy_too = settings_.rollout.eval_greedy && settings_.rollout.eval_temperature > 0;
     std::printf("evaluating the base policy on %lld held-out episodes per family at temperature %g%s...\n",
-                static_cast<long long>(config_.rollout.eval_episodes), config_.rollout.eval_temperature,
+                static_cast<long long>(settings_.rollout.eval_episodes), settings_.rollout.eval_temperature,
                 greedy_too ? ", and greedily" : "");
     std::fflush(stdout);
     wait_for_episodes([&] { return coordinator_->phase() != TaskCoordinator::Phase::EvalBefore; });
@@ -456,7 +477,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
   const double training_started = now_s();
   const std::int64_t first_step = step_;
   double last_reward = 0;
-  while (step_ < config_.optim.total_steps && !stop.should_stop()) {
+  while (step_ < settings_.optim.total_steps && !stop.should_stop()) {
     std::int64_t dropped = 0, taken = 0, failed = 0;
     std::vector<const rollout::Trajectory*> batch;
     const bool ready = wait_for_episodes([&] {
@@ -468,8 +489,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
     // learner: all of them step, or none does (a round of only failed or stale groups).
     double counts[5] = {static_cast<double>(taken), static_cast<double>(dropped), static_cast<double>(failed),
                         static_cast<double>(batch.size()), static_cast<double>(failure_records_)};
-    if (learners_ > 1)
-      learner_comm_.allreduce_sum(counts, 5, comm::DataType::Float64, config_.cluster.message_timeout_s);
+    if (learners_ > 1) learner_comm_.allreduce_sum(counts, 5, comm::DataType::Float64, settings_.message_timeout_s);
     if (counts[3] == 0) {
       // No step from zero episodes: new groups replace these (nothing is published or saved).
       telemetry::metrics().add("learner.empty_rounds");
@@ -489,12 +509,12 @@ void Learner::run(runtime::StopCoordinator& stop) {
     ++version_;
     record_step_metrics(step_, version_, stats.tokens, stats.by_family, stats.expert_load);
     check_learners_agree();
-    const bool done = step_ >= config_.optim.total_steps;
+    const bool done = step_ >= settings_.optim.total_steps;
     if (coordinator_) coordinator_->record_training_outcomes(stats.outcomes);
     if (coordinator_)
       coordinator_->on_step(static_cast<std::int64_t>(counts[0]), static_cast<std::int64_t>(counts[1] + counts[2]),
                             version_, done);
-    if (step_ % config_.sync.interval == 0 || done) publish_weights();
+    if (step_ % settings_.sync.interval == 0 || done) publish_weights();
     report(stats, now_s() - training_started, first_step);
     if (coordinator_) coordinator_->write_metrics_line(step_);
     // Before checkpoint_step: an automatic rollback is then taken at this step.
@@ -507,17 +527,19 @@ void Learner::run(runtime::StopCoordinator& stop) {
   }
   // Every learner ends the loop at the same step unless a stop interrupted it
   // (then the actors stop at once and nothing is drained).
-  const bool completed = step_ >= config_.optim.total_steps && !stop.should_stop();
+  const bool completed = step_ >= settings_.optim.total_steps && !stop.should_stop();
   const std::int64_t to_drain = completed ? episodes_to_drain() : 0;
   if (completed && !coordinator_) drain_episodes(to_drain, stop);
   // The final weights, or the state at a stop signal (Slurm's SIGTERM before
   // its time limit): a later --resume auto continues from here.
-  if (step_ > first_step && (!stop.should_stop() || config_.checkpoint.save_on_stop)) save_checkpoint_now(last_reward);
+  if (step_ > first_step && (!stop.should_stop() || settings_.checkpoints.checkpoint.save_on_stop))
+    save_checkpoint_now(last_reward);
   if (!coordinator_) return;
   checkpoints_->finish();  // the archive copies, with a deadline
   if (stop.should_stop()) {
-    std::printf("stopping after step %lld: %s (checkpoint %s)\n", static_cast<long long>(step_), stop.reason().c_str(),
-                config_.checkpoint.save_on_stop ? "saved" : "not saved: [checkpoint] save_on_stop = false");
+    std::printf(
+        "stopping after step %lld: %s (checkpoint %s)\n", static_cast<long long>(step_), stop.reason().c_str(),
+        settings_.checkpoints.checkpoint.save_on_stop ? "saved" : "not saved: [checkpoint] save_on_stop = false");
   } else {
     std::printf("evaluating the trained policy (version %lld)...\n", static_cast<long long>(version_));
   }
@@ -535,7 +557,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
   const double wall = now_s() - started;
   if (stop.should_stop()) return;
   std::printf("\n%s", coordinator_->evaluation_table().c_str());
-  const std::string summary_path = config_.run_directory() + "/summary.json";
+  const std::string summary_path = settings_.run_directory + "/summary.json";
   std::ofstream(summary_path) << coordinator_->summary_json(step_, wall, runtime::launcher_restarts()) << "\n";
   std::printf("steps %lld, wall %.0f s; summary: %s\n", static_cast<long long>(step_), wall, summary_path.c_str());
   std::fflush(stdout);

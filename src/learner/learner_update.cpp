@@ -86,7 +86,7 @@ void Learner::allreduce_gradients() {
   auto request =
       comm.allreduce_sum_async(buffer.data_ptr(), static_cast<size_t>(buffer.numel()), comm::DataType::Float32);
   // The receiving threads keep taking episodes meanwhile; this wait has the message deadline.
-  request->wait(config_.cluster.message_timeout_s);
+  request->wait(settings_.message_timeout_s);
   if (via_host) flat.copy_(buffer);
   flat.div_(static_cast<double>(learners_));
   std::int64_t at = 0;
@@ -131,11 +131,11 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
   torch::Tensor rewards = torch::tensor(reward_values);
   EpisodeTargets targets;
   targets.final_bonus.assign(static_cast<size_t>(n), 0.f);
-  if (config_.algo.overlong_cache_tokens > 0) {
+  if (settings_.algo.overlong_cache_tokens > 0) {
     algo::OverlongOptions overlong;
-    overlong.max_length = config_.rollout.max_tokens_per_episode;
-    overlong.cache_length = std::min(config_.algo.overlong_cache_tokens, config_.rollout.max_tokens_per_episode);
-    overlong.factor = config_.algo.overlong_factor;
+    overlong.max_length = settings_.rollout.max_tokens_per_episode;
+    overlong.cache_length = std::min(settings_.algo.overlong_cache_tokens, settings_.rollout.max_tokens_per_episode);
+    overlong.factor = settings_.algo.overlong_factor;
     const torch::Tensor penalty =
         algo::overlong_penalty(torch::tensor(generated_lengths), overlong).to(torch::kFloat32);
     rewards = rewards + penalty;
@@ -149,14 +149,14 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
     st.group_explained_variance = total > 0 ? 1.0 - within / total : 0.0;
   }
   targets.kept = torch::ones({n}, torch::kFloat32);
-  const bool ppo = config_.algo.advantage == config::AdvantageEstimator::Ppo;
+  const bool ppo = settings_.algo.advantage == config::AdvantageEstimator::Ppo;
   // PPO's baseline is the value head, not the group: equal rewards still teach the critic.
-  if (config_.algo.drop_zero_variance_groups && !ppo) {
+  if (settings_.algo.drop_zero_variance_groups && !ppo) {
     const algo::GroupFilter filter = algo::filter_zero_variance_groups(rewards, groups);
     targets.kept = filter.kept.to(torch::kFloat32);
     st.zero_variance_groups = filter.dropped_groups;
   }
-  switch (config_.algo.advantage) {
+  switch (settings_.algo.advantage) {
     case config::AdvantageEstimator::Grpo: targets.advantages = algo::grpo_advantages(rewards, groups); break;
     case config::AdvantageEstimator::DrGrpo: targets.advantages = algo::dr_grpo_advantages(rewards, groups); break;
     case config::AdvantageEstimator::Rloo: targets.advantages = algo::rloo_advantages(rewards, groups); break;
@@ -202,7 +202,8 @@ std::pair<double, double> Learner::router_disagreement(const EpisodeBatch& batch
 }
 
 void Learner::record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay, StepStats& st) {
-  bool routed = replay && config_.algo.routing_check_interval > 0 && step_ % config_.algo.routing_check_interval == 0;
+  bool routed =
+      replay && settings_.algo.routing_check_interval > 0 && step_ % settings_.algo.routing_check_interval == 0;
   for (const EpisodeBatch* b : batches) {
     st.generated_tokens += b->generated_tokens;
     st.tokens += b->targets.size(0);
@@ -231,7 +232,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   double local_tokens = 0;
   if (!episodes.empty()) {
     const EpisodeTargets all_targets = episode_targets(episodes, st);
-    const bool replay = config_.algo.routing_replay && config_.moe.enabled;
+    const bool replay = settings_.algo.routing_replay && settings_.moe.enabled;
     // Groups that dynamic sampling dropped carry no loss: they stay out of
     // the forward and backward passes (the loss normalises over kept tokens
     // and sequences only, so its value is the same).
@@ -241,8 +242,8 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
     // chunk's loss is weighted by its share of the batch so the summed
     // gradient equals that of one full-batch loss.
     const auto n = static_cast<std::int64_t>(trained.size());
-    const std::int64_t chunks = std::min<std::int64_t>(config_.optim.grad_accumulation, n);
-    const algo::PolicyLossOptions options = loss_options(config_.algo, config_.rollout.max_tokens_per_episode);
+    const std::int64_t chunks = std::min<std::int64_t>(settings_.optim.grad_accumulation, n);
+    const algo::PolicyLossOptions options = loss_options(settings_.algo, settings_.rollout.max_tokens_per_episode);
     double total_counted = 0;
     std::vector<EpisodeBatch> batches;
     std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
@@ -294,7 +295,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       if (value_head_) {
         std::vector<const rollout::Trajectory*> part(trained.begin() + begin, trained.begin() + end);
         std::vector<float> bonus(targets.final_bonus.begin() + begin, targets.final_bonus.begin() + end);
-        const PpoTargets ppo = ppo_targets(batch, out.hidden, *value_head_, part, bonus, ppo_options(config_.algo));
+        const PpoTargets ppo = ppo_targets(batch, out.hidden, *value_head_, part, bonus, ppo_options(settings_.algo));
         inputs.advantages = ppo.token_advantages;
         value_loss = ppo.value_loss;
         st.value_loss += ppo.value_loss.item<double>() * share;
@@ -307,7 +308,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       inputs.loss_mask = token_mask;
       inputs.sequence_index = batch.sequence_index;
       inputs.num_sequences = end - begin;
-      if (config_.algo.entropy_coef > 0) inputs.entropy = algo::token_entropy_from_logits(out.logits);
+      if (settings_.algo.entropy_coef > 0) inputs.entropy = algo::token_entropy_from_logits(out.logits);
       if (reference_) {
         torch::NoGradGuard no_grad;
         inputs.logp_reference = target_logprobs(
@@ -315,7 +316,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       }
       const algo::LossResult result = algo::policy_loss(inputs, options);
       torch::Tensor loss = result.loss * share;
-      if (value_loss.defined()) loss = loss + config_.algo.value_coef * share * value_loss;
+      if (value_loss.defined()) loss = loss + settings_.algo.value_coef * share * value_loss;
       if (out.aux_loss.defined()) loss = loss + out.aux_loss / static_cast<double>(chunks);
       loss.backward();
       if (mixed_) mixed_->accumulate_gradients();  // into the float32 master gradients
@@ -329,17 +330,17 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   }
   // Every learner joins the all-reduce, with or without data.
   double all_tokens = local_tokens;
-  if (learners_ > 1)
-    learner_comm_.allreduce_sum(&all_tokens, 1, comm::DataType::Float64, config_.cluster.message_timeout_s);
+  if (learners_ > 1) learner_comm_.allreduce_sum(&all_tokens, 1, comm::DataType::Float64, settings_.message_timeout_s);
   allreduce_gradients();
   if (all_tokens > 0) {
-    if (config_.optim.grad_clip > 0) torch::nn::utils::clip_grad_norm_(policy_->parameters(), config_.optim.grad_clip);
-    if (value_head_ && config_.optim.grad_clip > 0)
-      torch::nn::utils::clip_grad_norm_(value_head_->parameters(), config_.optim.grad_clip);
+    if (settings_.optim.grad_clip > 0)
+      torch::nn::utils::clip_grad_norm_(policy_->parameters(), settings_.optim.grad_clip);
+    if (value_head_ && settings_.optim.grad_clip > 0)
+      torch::nn::utils::clip_grad_norm_(value_head_->parameters(), settings_.optim.grad_clip);
     auto& groups = optimizer_->param_groups();
     for (size_t g = 0; g < groups.size(); ++g)  // group 1, when present, is the value head
       static_cast<torch::optim::AdamWOptions&>(groups[g].options())
-          .lr(learning_rate(step_) * (g == 0 ? 1.0 : config_.algo.value_lr_scale));
+          .lr(learning_rate(step_) * (g == 0 ? 1.0 : settings_.algo.value_lr_scale));
     optimizer_->step();
     if (mixed_) mixed_->refresh();  // the next forward computes on the new weights
     st.updated = true;
@@ -374,7 +375,7 @@ void Learner::check_learners_agree() {
   if (value_head_) crc = weights_crc(*value_head_, crc);
   std::vector<double> slots(static_cast<size_t>(learners_), 0.0);
   slots[static_cast<size_t>(learner_comm_.rank())] = static_cast<double>(crc);
-  learner_comm_.allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, config_.cluster.message_timeout_s);
+  learner_comm_.allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, settings_.message_timeout_s);
   for (int r = 1; r < learners_; ++r)
     if (slots[static_cast<size_t>(r)] != slots[0])
       throw Error("learners diverged after step " + std::to_string(step_) + ": learner " + std::to_string(r) +

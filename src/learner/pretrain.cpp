@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "moerl/config/config.h"
 #include "moerl/core/check.h"
 #include "moerl/core/hash.h"
 #include "moerl/env/task_family.h"
@@ -22,15 +23,15 @@ namespace {
 // Demonstration seeds: a range that neither RL training nor evaluation uses.
 constexpr std::uint64_t kDemoSeedBase = 1ull << 41;
 
-text::RenderedChat demonstration(const config::Config& config, std::uint64_t index) {
-  const std::string family = env::pick_family(config, mix64(index + 17));
+text::RenderedChat demonstration(const PretrainSettings& settings, std::uint64_t index) {
+  const std::string family = env::pick_family(settings.env, settings.env_families, mix64(index + 17));
   MOERL_CHECK(family != "external", "pretraining needs built-in families (the external family has no local expert)");
-  const env::TaskSpec task = env::make_task(config, family, kDemoSeedBase + index);
+  const env::TaskSpec task = env::make_task(settings.env, settings.env_families, family, kDemoSeedBase + index);
   auto session = env::make_builtin_environment(family);
   std::vector<text::ChatMessage> messages;
   messages.push_back({text::Role::RoleUser, session->open(task)});
   for (std::uint64_t turn = 0; !session->done(); ++turn) {
-    const std::string action = session->expert_action(config.pretrain.expert_error_rate, mix64(index * 1000 + turn));
+    const std::string action = session->expert_action(settings.pretrain.expert_error_rate, mix64(index * 1000 + turn));
     messages.push_back({text::Role::RoleAssistant, action});
     const env::StepResult result = session->step(action);
     if (!result.done) messages.push_back({text::Role::RoleUser, result.observation});
@@ -40,17 +41,23 @@ text::RenderedChat demonstration(const config::Config& config, std::uint64_t ind
 
 }  // namespace
 
-std::string base_policy_path(const config::Config& config) {
-  return config.pretrain.output.empty() ? config.run_directory() + "/base.pt" : config.pretrain.output;
+PretrainSettings pretrain_settings(const config::Config& config) {
+  PretrainSettings settings;
+  settings.pretrain = config.pretrain;
+  settings.env = config.env;
+  settings.env_families = config.env_families;
+  settings.max_tokens_per_episode = config.rollout.max_tokens_per_episode;
+  settings.output = config.pretrain.output.empty() ? config.run_directory() + "/base.pt" : config.pretrain.output;
+  return settings;
 }
 
-PretrainReport pretrain(const config::Config& config, model::Policy policy, int log_every) {
+PretrainReport pretrain(const PretrainSettings& settings, model::Policy policy, int log_every) {
   const auto started = std::chrono::steady_clock::now();
   PretrainReport report;
   std::vector<text::RenderedChat> demos;
-  const std::int64_t budget = config.rollout.max_tokens_per_episode;
-  for (std::int64_t i = 0; i < config.pretrain.episodes; ++i) {
-    text::RenderedChat chat = demonstration(config, static_cast<std::uint64_t>(i));
+  const std::int64_t budget = settings.max_tokens_per_episode;
+  for (std::int64_t i = 0; i < settings.pretrain.episodes; ++i) {
+    text::RenderedChat chat = demonstration(settings, static_cast<std::uint64_t>(i));
     if (static_cast<std::int64_t>(chat.tokens.size()) > budget) continue;  // the actors could not hold it either
     report.tokens += static_cast<std::int64_t>(chat.tokens.size());
     demos.push_back(std::move(chat));
@@ -58,20 +65,20 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
   MOERL_CHECK(!demos.empty(), "no demonstration fits [rollout] max_tokens_per_episode = " + std::to_string(budget));
   report.episodes = static_cast<int>(demos.size());
   std::printf("pretrain: %d expert demonstrations (%lld tokens, error rate %.2f); lr %g%s, %lld warm-up steps\n",
-              report.episodes, static_cast<long long>(report.tokens), config.pretrain.expert_error_rate,
-              config.pretrain.lr, config.pretrain.cosine ? " with cosine decay" : "",
-              static_cast<long long>(config.pretrain.warmup_steps));
+              report.episodes, static_cast<long long>(report.tokens), settings.pretrain.expert_error_rate,
+              settings.pretrain.lr, settings.pretrain.cosine ? " with cosine decay" : "",
+              static_cast<long long>(settings.pretrain.warmup_steps));
 
-  const LrSchedule schedule{config.pretrain.lr, config.pretrain.warmup_steps, config.pretrain.steps,
-                            config.pretrain.cosine};
+  const LrSchedule schedule{settings.pretrain.lr, settings.pretrain.warmup_steps, settings.pretrain.steps,
+                            settings.pretrain.cosine};
   torch::optim::AdamW optimizer(policy->parameters(),
-                                torch::optim::AdamWOptions(config.pretrain.lr).betas({0.9, 0.95}));
+                                torch::optim::AdamWOptions(settings.pretrain.lr).betas({0.9, 0.95}));
   policy->train();
-  const auto batch = static_cast<size_t>(config.pretrain.batch_episodes);
+  const auto batch = static_cast<size_t>(settings.pretrain.batch_episodes);
   size_t cursor = 0;
   double recent_loss = 0, recent_accuracy = 0;
   int recent = 0;
-  for (std::int64_t step = 0; step < config.pretrain.steps; ++step) {
+  for (std::int64_t step = 0; step < settings.pretrain.steps; ++step) {
     std::vector<const text::RenderedChat*> chosen;
     for (size_t i = 0; i < batch; ++i) chosen.push_back(&demos[(cursor + i) % demos.size()]);
     cursor = (cursor + batch) % demos.size();
@@ -114,19 +121,19 @@ PretrainReport pretrain(const config::Config& config, model::Policy policy, int 
     recent_loss += loss_value;
     recent_accuracy += accuracy;
     ++recent;
-    if ((step + 1) % log_every == 0 || step + 1 == config.pretrain.steps) {
+    if ((step + 1) % log_every == 0 || step + 1 == settings.pretrain.steps) {
       report.final_loss = recent_loss / recent;
       report.final_accuracy = recent_accuracy / recent;
       std::printf("pretrain step %lld/%lld: loss %.3f, action-token accuracy %.1f%%\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(config.pretrain.steps), report.final_loss,
+                  static_cast<long long>(step + 1), static_cast<long long>(settings.pretrain.steps), report.final_loss,
                   100 * report.final_accuracy);
       std::fflush(stdout);
       recent_loss = recent_accuracy = 0;
       recent = 0;
     }
   }
-  report.steps = config.pretrain.steps;
-  report.path = base_policy_path(config);
+  report.steps = settings.pretrain.steps;
+  report.path = settings.output;
   const auto parent = std::filesystem::path(report.path).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
   torch::save(policy, report.path);

@@ -6,7 +6,9 @@
 
 #include <iomanip>
 #include <sstream>
+#include <utility>
 
+#include "moerl/config/config.h"
 #include "moerl/core/hash.h"
 #include "moerl/core/json_writer.h"
 #include "moerl/env/task_mix.h"
@@ -22,32 +24,44 @@ constexpr std::uint64_t kEvalSeedBase = 1ull << 40;
 
 }  // namespace
 
-TaskCoordinator::TaskCoordinator(const config::Config& config, runtime::Mailbox& mailbox, int learners,
+TaskCoordinatorSettings task_coordinator_settings(const config::Config& config) {
+  TaskCoordinatorSettings settings;
+  settings.rollout = config.rollout;
+  settings.eval = config.eval;
+  settings.env = config.env;
+  settings.env_families = config.env_families;
+  settings.sync = config.sync;
+  settings.groups_per_step = config.algo.groups_per_step;
+  settings.seed = config.run.seed;
+  return settings;
+}
+
+TaskCoordinator::TaskCoordinator(TaskCoordinatorSettings settings, runtime::Mailbox& mailbox, int learners,
                                  std::vector<int> actor_ranks)
-    : config_(config),
+    : settings_(std::move(settings)),
       mailbox_(mailbox),
       learners_(learners),
       actors_(std::move(actor_ranks)),
       assigned_episodes_(static_cast<size_t>(learners), 0),
-      breaker_(config.env.breaker_failures, config.env.breaker_cooldown_s),
-      curriculum_(config),
-      periodic_(config.eval.every_steps, config.rollout.eval_temperature) {
-  next_seed_ = static_cast<std::uint64_t>(config.run.seed) * 1000003ull;
+      breaker_(settings_.env.breaker_failures, settings_.env.breaker_cooldown_s),
+      curriculum_(settings_.env, settings_.env_families),
+      periodic_(settings_.eval.every_steps, settings_.rollout.eval_temperature) {
+  next_seed_ = static_cast<std::uint64_t>(settings_.seed) * 1000003ull;
   start_evaluation(0);
 }
 
 bool TaskCoordinator::greedy_plays() const {
-  return config_.rollout.eval_greedy && config_.rollout.eval_temperature > 0;
+  return settings_.rollout.eval_greedy && settings_.rollout.eval_temperature > 0;
 }
 
 std::vector<rollout::TaskGroup> TaskCoordinator::evaluation_groups(std::int64_t min_version, std::int64_t per_family) {
   std::vector<rollout::TaskGroup> groups;
-  for (const std::string& family : config_.env.families) {
+  for (const std::string& family : settings_.env.families) {
     for (std::int64_t i = 0; i < per_family; ++i) {
       rollout::TaskGroup g;
       g.group_id = next_group_++;
       g.task = env::make_task(
-          config_, family,
+          settings_.env, settings_.env_families, family,
           kEvalSeedBase + static_cast<std::uint64_t>(i) * 7919 + std::hash<std::string>{}(family) % 1000);
       g.size = 1;
       g.evaluation = true;
@@ -65,7 +79,7 @@ std::vector<rollout::TaskGroup> TaskCoordinator::evaluation_groups(std::int64_t 
 
 void TaskCoordinator::start_evaluation(std::int64_t min_version) {
   eval_queue_.clear();
-  for (const rollout::TaskGroup& g : evaluation_groups(min_version, config_.rollout.eval_episodes))
+  for (const rollout::TaskGroup& g : evaluation_groups(min_version, settings_.rollout.eval_episodes))
     eval_queue_.push_back(g);
   eval_outstanding_ = static_cast<int>(eval_queue_.size());
   if (eval_outstanding_ == 0) phase_ = phase_ == Phase::EvalBefore ? Phase::Train : Phase::Done;
@@ -81,10 +95,10 @@ void TaskCoordinator::resume(std::uint64_t next_group, std::uint64_t next_seed, 
 }
 
 std::int64_t TaskCoordinator::train_groups_allowed() const {
-  const std::int64_t per_step = config_.algo.groups_per_step;
-  if (!config_.sync.asynchronous) return assigned_this_step_ < per_step ? per_step - assigned_this_step_ : 0;
+  const std::int64_t per_step = settings_.groups_per_step;
+  if (!settings_.sync.asynchronous) return assigned_this_step_ < per_step ? per_step - assigned_this_step_ : 0;
   // Bounded staleness: at most (1 + max_staleness) steps' worth of groups out at once.
-  return std::max<std::int64_t>(0, per_step * (1 + config_.sync.max_staleness) - in_flight_);
+  return std::max<std::int64_t>(0, per_step * (1 + settings_.sync.max_staleness) - in_flight_);
 }
 
 std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std::int64_t policy_version) {
@@ -104,19 +118,20 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
     eval_queue_.pop_front();
     --free_slots;
   }
-  const int group_size = static_cast<int>(config_.rollout.group_size);
+  const int group_size = static_cast<int>(settings_.rollout.group_size);
   std::int64_t allowed = train_groups_allowed();
   const std::set<std::string> paused = breaker_.paused(runtime::monotonic_seconds());
-  if (paused.size() >= config_.env.families.size()) return groups;
+  if (paused.size() >= settings_.env.families.size()) return groups;
   const std::map<std::string, double> scales = curriculum_.weight_scales();  // unchanged within one call
   while (allowed > 0 && free_slots >= group_size) {
     rollout::TaskGroup g;
     g.group_id = next_group_++;
     const std::uint64_t seed = next_seed_++;
-    g.task = env::make_task(config_, env::pick_family(config_, mix64(seed), paused, scales), seed);
-    if (config_.env.curriculum) g.task.difficulty = curriculum_.difficulty(g.task.family);
+    g.task = env::make_task(settings_.env, settings_.env_families,
+                            env::pick_family(settings_.env, settings_.env_families, mix64(seed), paused, scales), seed);
+    if (settings_.env.curriculum) g.task.difficulty = curriculum_.difficulty(g.task.family);
     g.size = group_size;
-    g.min_version = std::max(min_version_floor_, config_.sync.asynchronous ? std::int64_t{0} : policy_version);
+    g.min_version = std::max(min_version_floor_, settings_.sync.asynchronous ? std::int64_t{0} : policy_version);
     groups.push_back(g);
     free_slots -= group_size;
     --allowed;
@@ -176,7 +191,7 @@ std::vector<rollout::TaskGroup> TaskCoordinator::take_undelivered(int actor_rank
 void TaskCoordinator::cancelled_training_group(const rollout::TaskGroup& group) {
   --in_flight_;
   assigned_episodes_[group.group_id % static_cast<std::uint64_t>(learners_)] -= group.size;
-  if (!config_.sync.asynchronous) --assigned_this_step_;
+  if (!settings_.sync.asynchronous) --assigned_this_step_;
 }
 
 void TaskCoordinator::add_actor(int rank) {
@@ -212,7 +227,7 @@ void TaskCoordinator::record_evaluation(const rollout::Trajectory& episode) {
 std::optional<EvaluationRecord> TaskCoordinator::take_periodic_evaluation() {
   std::optional<EvaluationRecord> record = periodic_.take_finished();
   if (!record) return record;
-  const std::string mode = config_.rollout.eval_temperature > 0 ? "sampled" : "greedy";
+  const std::string mode = settings_.rollout.eval_temperature > 0 ? "sampled" : "greedy";
   record_evaluation_metrics(record->sampled, mode, false);
   if (!record->greedy.empty()) record_evaluation_metrics(record->greedy, "greedy", false);
   return record;
@@ -220,7 +235,7 @@ std::optional<EvaluationRecord> TaskCoordinator::take_periodic_evaluation() {
 
 EvaluationRecord TaskCoordinator::base_evaluation() const {
   EvaluationRecord base;
-  base.temperature = config_.rollout.eval_temperature;
+  base.temperature = settings_.rollout.eval_temperature;
   base.sampled = before_;
   if (greedy_plays()) base.greedy = before_greedy_;
   return base;
@@ -228,7 +243,7 @@ EvaluationRecord TaskCoordinator::base_evaluation() const {
 
 void TaskCoordinator::publish_evaluation_metrics(bool before) const {
   // Until a version is accepted as stable, the base's evaluation is the reference.
-  const std::string mode = config_.rollout.eval_temperature > 0 ? "sampled" : "greedy";
+  const std::string mode = settings_.rollout.eval_temperature > 0 ? "sampled" : "greedy";
   record_evaluation_metrics(before ? before_ : after_, mode, false);
   if (before) record_evaluation_metrics(before_, mode, true);
   if (!greedy_plays()) return;
@@ -247,11 +262,11 @@ void TaskCoordinator::record_failure(const rollout::Trajectory& record) {
   spdlog::warn(
       "env: family '{}' paused for {} s ([env] breaker_cooldown_s): actor {} saw {} sessions in a row fail "
       "for good ([env] breaker_failures); the last: {}",
-      family, config_.env.breaker_cooldown_s, record.actor, record.failure_streak, record.error);
+      family, settings_.env.breaker_cooldown_s, record.actor, record.failure_streak, record.error);
 }
 
 bool TaskCoordinator::all_families_paused() const {
-  return breaker_.paused(runtime::monotonic_seconds()).size() >= config_.env.families.size();
+  return breaker_.paused(runtime::monotonic_seconds()).size() >= settings_.env.families.size();
 }
 
 void TaskCoordinator::on_step(std::int64_t groups_consumed, std::int64_t groups_dropped, std::int64_t policy_version,
@@ -263,11 +278,12 @@ void TaskCoordinator::on_step(std::int64_t groups_consumed, std::int64_t groups_
   assigned_this_step_ = 0;
   step_version_ = policy_version;
   const double now = runtime::monotonic_seconds();
-  for (const std::string& family : config_.env.families)
+  for (const std::string& family : settings_.env.families)
     telemetry::metrics().set("learner.family_paused." + family, breaker_.is_paused(family, now) ? 1.0 : 0.0);
   // Before the cursor: a resumed run then draws the same training groups as one that was not interrupted.
   if (phase_ == Phase::Train && periodic_.due(policy_version, training_done)) {
-    const std::int64_t per_family = config_.eval.episodes > 0 ? config_.eval.episodes : config_.rollout.eval_episodes;
+    const std::int64_t per_family =
+        settings_.eval.episodes > 0 ? settings_.eval.episodes : settings_.rollout.eval_episodes;
     const std::vector<rollout::TaskGroup> groups = evaluation_groups(policy_version, per_family);
     periodic_.begin(policy_version, groups, greedy_groups_);
     for (const rollout::TaskGroup& g : groups) eval_queue_.push_back(g);
@@ -288,7 +304,7 @@ void TaskCoordinator::record_training_outcomes(const std::vector<EpisodeOutcome>
 
 void TaskCoordinator::on_empty_round(std::int64_t groups_consumed, std::int64_t groups_dropped) {
   in_flight_ -= groups_consumed + groups_dropped;
-  if (!config_.sync.asynchronous) assigned_this_step_ -= groups_consumed + groups_dropped;
+  if (!settings_.sync.asynchronous) assigned_this_step_ -= groups_consumed + groups_dropped;
 }
 
 void TaskCoordinator::finish_actors() {
@@ -348,13 +364,13 @@ std::string TaskCoordinator::evaluation_table() const {
   for (const ScoreTable* table : {&before_, &after_})
     for (const auto& [family, score] : *table) env_failures += score.env_failures;
   const bool greedy = greedy_plays();
-  out << "held-out success at temperature " << config_.rollout.eval_temperature
+  out << "held-out success at temperature " << settings_.rollout.eval_temperature
       << ", with 95% intervals (Wilson; gains: Newcombe), in points\n";
   out << std::left << std::setw(12) << "family" << std::setw(24) << "before" << std::setw(24) << "after"
       << std::setw(18) << "gain";
   if (greedy) out << std::setw(26) << "greedy before -> after";
   out << "reward before -> after" << (env_failures ? "   env failures before/after" : "") << "\n";
-  for (const std::string& family : config_.env.families) {
+  for (const std::string& family : settings_.env.families) {
     const FamilyScore b = score_of(before_, family), a = score_of(after_, family);
     out << std::left << std::setw(12) << family << std::setw(24) << score_cell(b) << std::setw(24) << score_cell(a)
         << std::setw(18) << gain_cell(b, a);
@@ -457,7 +473,7 @@ void TaskCoordinator::restore_books(const std::string& text) {
 
 std::string TaskCoordinator::summary_json(std::int64_t steps, double wall_s, int restarts) const {
   JsonWriter json;
-  json.begin_object().key("eval_temperature").value(config_.rollout.eval_temperature).key("before");
+  json.begin_object().key("eval_temperature").value(settings_.rollout.eval_temperature).key("before");
   write_scores(json, before_);
   json.key("after");
   write_scores(json, after_);

@@ -66,11 +66,11 @@ HfLoadStats load_hf_weights(PolicyImpl& policy, const std::string& dir, hf::Arch
   return stats;
 }
 
-Policy load_hf_policy(const config::Config& config, HfLoadStats* stats) {
-  const std::string dir = hf::hf_directory(config.model.source);
-  if (dir.empty()) throw hf::HfConfigError("model.source is '" + config.model.source + "', not an hf: directory");
+Policy load_hf_policy(const config::ModelSection& model, const config::MoeSection& moe, HfLoadStats* stats) {
+  const std::string dir = hf::hf_directory(model.source);
+  if (dir.empty()) throw hf::HfConfigError("model.source is '" + model.source + "', not an hf: directory");
   const hf::Architecture arch = hf::read_hf_model(dir).architecture;
-  Policy policy(config.model, config.moe);
+  Policy policy(model, moe);
   const HfLoadStats loaded = load_hf_weights(*policy, dir, arch);
   if (stats != nullptr) *stats = loaded;
   return policy;

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <thread>
+#include <utility>
 
+#include "moerl/config/config.h"
 #include "moerl/core/check.h"
 #include "moerl/core/hash.h"
 #include "moerl/model/precision.h"
@@ -17,20 +19,20 @@
 namespace moerl::rollout {
 namespace {
 
-EngineOptions engine_options(const config::Config& config, const text::EpisodeFormat& format) {
+EngineOptions engine_options(const ActorSettings& settings, const text::EpisodeFormat& format) {
   EngineOptions options;
   options.format = format;
-  options.context_budget = config.rollout.max_tokens_per_episode;
+  options.context_budget = settings.rollout.max_tokens_per_episode;
   // The learner recomputes log-probs over exactly the tokens the actor fed,
   // so the engine never cuts a context by itself: a full context ends the
   // episode (flagged). With rollout.context_policy = drop_oldest_turns the
   // actor rebuilds the context between turns instead (actor_context.cpp)
   // and the trajectory records each window it fed.
   options.context_policy = ContextPolicy::ContextEndEpisode;
-  options.isolate_sessions = config.run.deterministic;
-  options.moe_top_k = config.rollout.moe_top_k;
-  options.kv_cache_dtype = config.rollout.kv_cache_dtype == config::KvCacheStorage::Int8 ? model::KVCacheDtype::Int8
-                                                                                         : model::KVCacheDtype::Float;
+  options.isolate_sessions = settings.deterministic;
+  options.moe_top_k = settings.rollout.moe_top_k;
+  options.kv_cache_dtype = settings.rollout.kv_cache_dtype == config::KvCacheStorage::Int8 ? model::KVCacheDtype::Int8
+                                                                                           : model::KVCacheDtype::Float;
   return options;
 }
 
@@ -57,26 +59,42 @@ std::uint64_t canonical_session_seed(std::int64_t run_seed, std::uint64_t task_s
 
 }  // namespace
 
-double env_reply_deadline_s(const config::Config& config, int turns) {
-  const config::EnvSection& e = config.env;
-  const bool external = std::find(e.families.begin(), e.families.end(), "external") != e.families.end();
-  const double startup = external ? config.env_external.startup_timeout_s : 0.0;
-  const double attempt = e.timeout_s * (1.0 + turns) + startup;
-  double backoffs = 0;
-  for (std::int64_t retry = 0; retry < e.max_retries; ++retry) backoffs += e.retry_backoff_s * std::pow(2.0, retry);
-  return static_cast<double>(e.max_retries + 1) * attempt + backoffs + config.cluster.message_timeout_s;
+ActorSettings actor_settings(const config::Config& config) {
+  ActorSettings settings;
+  settings.rollout = config.rollout;
+  settings.model = config.model;
+  settings.chat = config.chat;
+  settings.env = config.env;
+  settings.env_external = config.env_external;
+  settings.seed = config.run.seed;
+  settings.deterministic = config.run.deterministic;
+  settings.dtype = config.run.dtype;
+  settings.message_timeout_s = config.cluster.message_timeout_s;
+  settings.metrics_interval_s = config.telemetry.metrics_interval_s;
+  settings.sync = sync::sync_options(config.sync, config.cluster.message_timeout_s);
+  return settings;
 }
 
-Actor::Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
+double env_reply_deadline_s(const config::EnvSection& env, const config::ExternalEnvSection& external,
+                            double message_timeout_s, int turns) {
+  const bool has_external = std::find(env.families.begin(), env.families.end(), "external") != env.families.end();
+  const double startup = has_external ? external.startup_timeout_s : 0.0;
+  const double attempt = env.timeout_s * (1.0 + turns) + startup;
+  double backoffs = 0;
+  for (std::int64_t retry = 0; retry < env.max_retries; ++retry) backoffs += env.retry_backoff_s * std::pow(2.0, retry);
+  return static_cast<double>(env.max_retries + 1) * attempt + backoffs + message_timeout_s;
+}
+
+Actor::Actor(ActorSettings settings, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
              comm::Communicator& sync_comm, runtime::RankLoad* load, bool standby)
-    : config_(config),
+    : settings_(std::move(settings)),
       world_(world),
       mailbox_(mailbox),
-      format_(text::make_episode_format(config.model, config.chat)),
-      engine_(policy, engine_options(config, format_)),
+      format_(text::make_episode_format(settings_.model, settings_.chat)),
+      engine_(policy, engine_options(settings_, format_)),
       env_(mailbox, env_worker_ranks(world)),
       sync_comm_(&sync_comm),
-      host_weights_(std::make_unique<sync::HostWeights>(*engine_.policy(), model::compute_dtype(config.run.dtype))),
+      host_weights_(std::make_unique<sync::HostWeights>(*engine_.policy(), model::compute_dtype(settings_.dtype))),
       receiver_(make_receiver(sync_comm)) {
   moe_layers_ = policy->num_moe_layers();
   // Trajectories carry the routing the engine recorded: rollout.moe_top_k
@@ -94,7 +112,7 @@ Actor::Actor(const config::Config& config, const runtime::World& world, runtime:
 // are copied into the host copies, then pushed into the parameters
 // (apply_new_weights).
 std::unique_ptr<sync::WeightReceiver> Actor::make_receiver(comm::Communicator& sync_comm) {
-  const sync::SyncOptions options = sync::sync_options(config_.sync, config_.cluster.message_timeout_s);
+  const sync::SyncOptions& options = settings_.sync;
   if (host_weights_->staged())
     return std::make_unique<sync::WeightReceiver>(sync_comm, host_weights_->views(), options);
   model::Policy& policy = engine_.policy();
@@ -102,14 +120,18 @@ std::unique_ptr<sync::WeightReceiver> Actor::make_receiver(comm::Communicator& s
                                                 sync::module_rebind(*policy));
 }
 
+double Actor::reply_deadline_s(const Episode& episode) const {
+  return env_reply_deadline_s(settings_.env, settings_.env_external, settings_.message_timeout_s, episode.turns);
+}
+
 int Actor::free_slots() const {
   int waiting = 0;
   for (const TaskGroup& g : waiting_groups_) waiting += g.size;
-  return static_cast<int>(config_.rollout.sessions_per_actor) - static_cast<int>(episodes_.size()) - waiting;
+  return static_cast<int>(settings_.rollout.sessions_per_actor) - static_cast<int>(episodes_.size()) - waiting;
 }
 
 void Actor::request_work() {
-  if (standby_ || finished_ || work_requested_ || free_slots() < config_.rollout.group_size) return;
+  if (standby_ || finished_ || work_requested_ || free_slots() < settings_.rollout.group_size) return;
   WorkRequest request;
   request.free_slots = free_slots();
   request.delivered.swap(delivered_groups_);
@@ -143,8 +165,8 @@ void Actor::start_waiting_groups() {
     for (int k = 0; k < group.size; ++k) {
       Episode episode;
       episode.group = group;
-      episode.id = config_.run.deterministic ? canonical_episode_id(group.group_id, k)
-                                             : episode_id(world_.rank(), next_episode_++);
+      episode.id = settings_.deterministic ? canonical_episode_id(group.group_id, k)
+                                           : episode_id(world_.rank(), next_episode_++);
       episode.sample = k;
       episode.started = std::chrono::steady_clock::now();
       Trajectory& t = episode.trajectory;
@@ -170,7 +192,7 @@ void Actor::prompt_turn(Episode& episode, const std::string& observation, bool f
   episode.needs_end_of_turn = false;
   Trajectory& t = episode.trajectory;
   if (!first) {
-    if (config_.rollout.context_policy == config::ContextBudgetPolicy::DropOldestTurns)
+    if (settings_.rollout.context_policy == config::ContextBudgetPolicy::DropOldestTurns)
       make_room(episode, prompt.size());
     episode.turn_starts.push_back(t.tokens.size());
   }
@@ -181,23 +203,23 @@ void Actor::prompt_turn(Episode& episode, const std::string& observation, bool f
     t.versions.push_back(-1);
   }
   if (first) {
-    const std::uint64_t seed = config_.run.deterministic
-                                   ? canonical_session_seed(config_.run.seed, episode.group.task.seed,
+    const std::uint64_t seed = settings_.deterministic
+                                   ? canonical_session_seed(settings_.seed, episode.group.task.seed,
                                                             static_cast<std::uint64_t>(episode.sample))
-                                   : episode.id ^ static_cast<std::uint64_t>(config_.run.seed) * 0x9E3779B97F4A7C15ull;
+                                   : episode.id ^ static_cast<std::uint64_t>(settings_.seed) * 0x9E3779B97F4A7C15ull;
     engine_.add_session(episode.id, seed);
   }
   engine_.append_prompt(episode.id, prompt);
   SamplingParams sampling;
   const double temperature = episode.group.greedy       ? 0.0
-                             : episode.group.evaluation ? config_.rollout.eval_temperature
-                                                        : config_.rollout.temperature;
+                             : episode.group.evaluation ? settings_.rollout.eval_temperature
+                                                        : settings_.rollout.temperature;
   sampling.greedy = temperature == 0;
   sampling.temperature = temperature > 0 ? temperature : 1.0;
-  sampling.top_p = config_.rollout.top_p;
-  sampling.top_k = config_.rollout.top_k;
+  sampling.top_p = settings_.rollout.top_p;
+  sampling.top_k = settings_.rollout.top_k;
   StopParams stop;
-  stop.max_turn_tokens = config_.rollout.max_tokens_per_turn;
+  stop.max_turn_tokens = settings_.rollout.max_tokens_per_turn;
   engine_.start_turn(episode.id, sampling, stop);
   episode.waiting_env = false;
 }
@@ -264,7 +286,7 @@ void Actor::on_turn(std::uint64_t id) {
 
 void Actor::expect_env_reply(Episode& episode) {
   episode.waiting_env = true;
-  episode.reply_due_s = runtime::monotonic_seconds() + env_reply_deadline_s(config_, episode.turns);
+  episode.reply_due_s = runtime::monotonic_seconds() + reply_deadline_s(episode);
 }
 
 void Actor::fail_overdue_sessions() {
@@ -277,7 +299,7 @@ void Actor::fail_overdue_sessions() {
     if (episode.waiting_env && now > episode.reply_due_s) overdue.push_back(id);
   for (std::uint64_t id : overdue) {
     Episode& episode = episodes_.at(id);
-    const double waited = env_reply_deadline_s(config_, episode.turns);
+    const double waited = reply_deadline_s(episode);
     fail(episode, env::FailureReason::FailureNoReply,
          "session " + std::to_string(id) + ": env worker rank " + std::to_string(env_.worker_of(id)) +
              " did not answer within " + std::to_string(static_cast<int>(waited)) + " s (turn " +
@@ -410,10 +432,10 @@ void Actor::run(runtime::StopCoordinator& stop) {
     spdlog::info("actor (standby {}): keeps the weights current; takes a lost actor's place", world_.role_index());
   } else {
     spdlog::info("actor {}: up to {} episodes at once, episodes in the {}, KV cache {}", world_.role_index(),
-                 config_.rollout.sessions_per_actor, format_.description(),
+                 settings_.rollout.sessions_per_actor, format_.description(),
                  model::kv_cache_dtype_name(engine_.kv_cache_dtype()));
   }
-  runtime::MetricsReporter reporter(mailbox_, config_.telemetry.metrics_interval_s);
+  runtime::MetricsReporter reporter(mailbox_, settings_.metrics_interval_s);
   while (!stop.should_stop()) {
     reporter.maybe_send();
     if (const double slow = runtime::fault_hooks().slow_ms.load(); slow > 0)
@@ -442,13 +464,12 @@ void Actor::run(runtime::StopCoordinator& stop) {
   }
   // Keep the weight-sync collectives matched until learner 0 closes them
   // (it does, also after a stop signal), with a deadline in case it is gone.
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(config_.cluster.message_timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(settings_.message_timeout_s);
   while (!receiver_->closed()) {
     if (std::chrono::steady_clock::now() > deadline)
       throw runtime::TimeoutError("actor " + std::to_string(world_.role_index()) +
                                   ": learner 0 did not close the weight publication within " +
-                                  std::to_string(config_.cluster.message_timeout_s) + " s");
+                                  std::to_string(settings_.message_timeout_s) + " s");
     try {
       receiver_->poll();
       if (receiver_->ready_version() > receiver_->current_version()) receiver_->apply();

@@ -41,7 +41,7 @@ std::vector<std::uint8_t> routing_bytes(const torch::Tensor& routing) {
 bool Actor::make_room(Episode& episode, size_t prompt_tokens) {
   Trajectory& t = episode.trajectory;
   const auto budget = static_cast<size_t>(engine_.context_budget());
-  const size_t need = prompt_tokens + static_cast<size_t>(config_.rollout.max_tokens_per_turn);
+  const size_t need = prompt_tokens + static_cast<size_t>(settings_.rollout.max_tokens_per_turn);
   const size_t window = t.tokens.size() - episode.window_start;
   // The engine needs one position free after the context for each token it generates.
   if (window + need < budget) return true;

@@ -108,7 +108,7 @@ void Actor::recover_sync_group() {
   receiver_->abandon();
   // Collective over the living members of the group: returns once learner 0 and
   // every other living actor have joined (learner 0 republishes its newest weights).
-  const sync::SyncOptions options = sync::sync_options(config_.sync, config_.cluster.message_timeout_s);
+  const sync::SyncOptions& options = settings_.sync;
   const int publisher = sync_comm_->world_rank_of(options.root);
   std::unique_ptr<comm::Communicator> survivors = sync_comm_->survivors();
   if (survivors->world_rank_of(options.root) != publisher) {

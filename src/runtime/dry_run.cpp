@@ -129,7 +129,7 @@ void collect_metrics(const config::Config& config, const World& world, Mailbox& 
     if (auto it = aggregate.counters.find("runtime.messages_sent"); it != aggregate.counters.end())
       result.messages_sent += static_cast<std::int64_t>(it->second);
   }
-  result.metrics_path = config.run_directory() + "/" + config.telemetry.metrics_file;
+  result.metrics_path = config.metrics_path();
   telemetry::JsonLinesFile(result.metrics_path).append(aggregator.json_line(0));
 }
 

@@ -65,7 +65,7 @@ TEST_CASE("the coordinator evaluates, bounds staleness, replaces consumed groups
     runtime::Mailbox mailbox(comm, 20.0);
     const config::Config config = coordinator_config(true);
     if (mailbox.rank() == 0) {
-      learner::TaskCoordinator coordinator(config, mailbox, 1, {1});
+      learner::TaskCoordinator coordinator(learner::task_coordinator_settings(config), mailbox, 1, {1});
       CHECK(coordinator.phase() == learner::TaskCoordinator::Phase::EvalBefore);
       serve_until(coordinator, mailbox, 0);  // the actor got its evaluation group
       auto [source, episode] = mailbox.receive<rollout::Trajectory>(1, 20.0);

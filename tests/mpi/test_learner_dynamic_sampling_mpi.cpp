@@ -151,7 +151,7 @@ Outcome one_update(const config::Config& config, const runtime::World& world, ru
   model::Policy policy(config.model, config.moe);
   comm::MpiCommunicator& learner_comm = comms.learners;
   comm::MpiCommunicator& sync_comm = comms.sync;
-  learner::Learner learner(config, world, mailbox, policy, learner_comm, &sync_comm);
+  learner::Learner learner(learner::learner_settings(config), world, mailbox, policy, learner_comm, &sync_comm);
   std::vector<const rollout::Trajectory*> batch;
   for (const auto& e : episodes) batch.push_back(&e);
   Outcome outcome;

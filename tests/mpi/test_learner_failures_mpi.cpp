@@ -188,7 +188,7 @@ FailuresRun run_script(const std::string& output_dir, const std::string& name, b
   if (world.role() == runtime::Role::Learner) {
     comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
     comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
-    learner::Learner learner(config, world, mailbox, policy, learner_comm, &sync_comm);
+    learner::Learner learner(learner::learner_settings(config), world, mailbox, policy, learner_comm, &sync_comm);
     learner.set_step_observer([&](const learner::StepStats& st) { run.steps.push_back(st); });
     learner.run(stop);
     run.job_failure = learner.job_failure();

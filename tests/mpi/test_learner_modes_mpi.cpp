@@ -228,7 +228,7 @@ ModeRun run_mode(const std::string& output_dir, bool asynchronous) {
   if (world.role() == runtime::Role::Learner) {
     comm::MpiCommunicator learner_comm(world.role_comm(), "learner group");
     comm::MpiCommunicator sync_comm(world.sync_comm(), "weight-sync group");
-    learner::Learner learner(config, world, mailbox, policy, learner_comm, &sync_comm);
+    learner::Learner learner(learner::learner_settings(config), world, mailbox, policy, learner_comm, &sync_comm);
     learner.set_step_observer([&](const learner::StepStats& st) { run.steps.push_back(st); });
     run.initial_crc = weights_crc(*policy);
     learner.run(stop);

@@ -102,7 +102,7 @@ Outcome one_update(const config::Config& config, const runtime::World& world, ru
   model::Policy policy(config.model, config.moe);
   Outcome outcome;
   outcome.initial = moerl_test::parameter_values(policy->parameters());
-  learner::Learner learner(config, world, mailbox, policy, learner_comm, &sync_comm);
+  learner::Learner learner(learner::learner_settings(config), world, mailbox, policy, learner_comm, &sync_comm);
   std::vector<rollout::Trajectory> episodes;
   for (int g = 0; g < 3; ++g)
     for (int s = 0; s < 4; ++s) episodes.push_back(scripted_episode(g, s));

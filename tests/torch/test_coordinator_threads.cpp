@@ -112,7 +112,7 @@ TEST_CASE("the coordinator's protocol runs with threads as ranks", "[coordinator
   std::thread actor(actor_script, std::ref(actor_box), std::ref(view));
   JoinOnExit join_actor{actor};
   bool served = true;
-  learner::TaskCoordinator coordinator(config, coordinator_box, 1, {1});
+  learner::TaskCoordinator coordinator(learner::task_coordinator_settings(config), coordinator_box, 1, {1});
   const auto phase = coordinator.phase();
   served = served && serve_until(coordinator, coordinator_box, 0);  // the evaluation group is out
   std::optional<rollout::Trajectory> before;

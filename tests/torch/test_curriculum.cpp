@@ -35,7 +35,7 @@ void play(Curriculum& curriculum, const std::string& family, int difficulty, int
 
 TEST_CASE("a full window of success raises the level, of failure lowers it", "[curriculum]") {
   const config::Config config = curriculum_config();
-  Curriculum curriculum(config);
+  Curriculum curriculum(config.env, config.env_families);
   CHECK(curriculum.difficulty("sort") == 1);
   play(curriculum, "sort", 1, 3, 0);
   CHECK(curriculum.difficulty("sort") == 1);  // the window is not full yet
@@ -63,7 +63,7 @@ TEST_CASE("without [env] curriculum the levels stay where the config puts them",
   const config::Config config = curriculum_config("[env.sort]\ndifficulty = 2\n");
   config::Config off = config;
   off.env.curriculum = false;
-  Curriculum curriculum(off);
+  Curriculum curriculum(off.env, off.env_families);
   play(curriculum, "sort", 2, 16, 0);
   CHECK(curriculum.difficulty("sort") == 2);
   CHECK(curriculum.weight_scales().at("sort") == 1.0);
@@ -73,7 +73,7 @@ TEST_CASE("adaptive weights favour the family whose success moves", "[curriculum
   config::Config config = curriculum_config();
   config.env.curriculum = false;
   config.env.adaptive_weights = true;
-  Curriculum curriculum(config);
+  Curriculum curriculum(config.env, config.env_families);
   // guess stands still at 50%; sort goes from failing to succeeding.
   for (int i = 0; i < 100; ++i) curriculum.record({"guess", 1, i % 2 == 0});
   play(curriculum, "sort", 1, 0, 50);
@@ -85,22 +85,24 @@ TEST_CASE("adaptive weights favour the family whose success moves", "[curriculum
   // The draw follows the scales: a family scaled to nothing is never drawn.
   int sort_draws = 0;
   for (std::uint64_t draw = 0; draw < 2000; ++draw)
-    sort_draws += env::pick_family(config, draw * 0x9E3779B97F4A7C15ull, {}, {{"sort", 1.0}, {"guess", 0.0}}) == "sort";
+    sort_draws += env::pick_family(config.env, config.env_families, draw * 0x9E3779B97F4A7C15ull, {},
+                                   {{"sort", 1.0}, {"guess", 0.0}}) == "sort";
   CHECK(sort_draws == 2000);
   int weighted = 0;
   for (std::uint64_t draw = 0; draw < 4000; ++draw)
-    weighted += env::pick_family(config, draw * 0x9E3779B97F4A7C15ull, {}, {{"sort", 3.0}, {"guess", 1.0}}) == "sort";
+    weighted += env::pick_family(config.env, config.env_families, draw * 0x9E3779B97F4A7C15ull, {},
+                                 {{"sort", 3.0}, {"guess", 1.0}}) == "sort";
   CHECK(weighted == Approx(3000).margin(150));  // 3:1
 }
 
 TEST_CASE("levels and averages survive a checkpoint", "[curriculum]") {
   const config::Config config = curriculum_config();
-  Curriculum first(config);
+  Curriculum first(config.env, config.env_families);
   play(first, "guess", 1, 4, 0);
   REQUIRE(first.difficulty("guess") == 2);
   JsonWriter json;
   first.write_json(json);
-  Curriculum resumed(config);
+  Curriculum resumed(config.env, config.env_families);
   resumed.restore(JsonValue::parse(json.str()));
   CHECK(resumed.difficulty("guess") == 2);
   CHECK(resumed.difficulty("sort") == 1);

@@ -35,6 +35,8 @@ config::Config hf_config(const std::string& dir) {
   return setup::load_config_text("[model]\nsource = \"hf:" + dir + "\"\n", "parity.toml");
 }
 
+model::Policy load_hf_policy(const config::Config& config) { return model::load_hf_policy(config.model, config.moe); }
+
 struct Reference {
   std::vector<std::vector<std::int64_t>> prompts;
   std::vector<std::vector<std::int64_t>> greedy;
@@ -131,7 +133,7 @@ TEST_CASE("hf parity: logits match the reference to 1e-4 in float32", "[hf][pari
     INFO("architecture " << name);
     const std::string dir = kFixtures + name;
     const Reference ref = read_reference(dir);
-    model::Policy policy = model::load_hf_policy(hf_config(dir));
+    model::Policy policy = load_hf_policy(hf_config(dir));
     policy->eval();
     for (std::size_t i = 0; i < ref.prompts.size(); ++i) {
       const torch::Tensor logits = policy->forward(row(ref.prompts[i])).logits;
@@ -158,7 +160,7 @@ TEST_CASE("hf parity: greedy continuations through the KV cache are the referenc
     INFO("architecture " << name);
     const std::string dir = kFixtures + name;
     const Reference ref = read_reference(dir);
-    model::Policy policy = model::load_hf_policy(hf_config(dir));
+    model::Policy policy = load_hf_policy(hf_config(dir));
     policy->eval();
     for (std::size_t i = 0; i < ref.prompts.size(); ++i) {
       CHECK(greedy_cached(*policy, ref.prompts[i], ref.greedy[i].size()) == ref.greedy[i]);
@@ -187,7 +189,7 @@ TEST_CASE("hf export: export then re-import round-trips bitwise, config included
     INFO("architecture " << name);
     const std::string dir = kFixtures + name;
     const config::Config config = hf_config(dir);
-    model::Policy policy = model::load_hf_policy(config);
+    model::Policy policy = load_hf_policy(config);
     TempDir out;
     // Small shards so that every model spans several files.
     const hf::ExportResult result =
@@ -214,7 +216,7 @@ TEST_CASE("hf export: export then re-import round-trips bitwise, config included
     CHECK(back.json.at("bos_token_id").as_number() == orig.json.at("bos_token_id").as_number());
 
     torch::manual_seed(99);  // other random weights first: the load must replace all of them
-    model::Policy again = model::load_hf_policy(hf_config(out.path.string()));
+    model::Policy again = load_hf_policy(hf_config(out.path.string()));
     const auto a = policy->named_parameters(), b = again->named_parameters();
     REQUIRE(a.size() == b.size());
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -292,7 +294,7 @@ TEST_CASE("hf load: BF16 and F16 files load as their float32 values", "[hf]") {
   TempDir dir;
   copy_fixture("olmoe", dir.path);
   const config::Config config = hf_config(dir.path.string());
-  model::Policy reference = model::load_hf_policy(config);
+  model::Policy reference = load_hf_policy(config);
   for (const auto dtype : {hf::DType::BF16, hf::DType::F16}) {
     const torch::Dtype torch_dtype = dtype == hf::DType::BF16 ? torch::kBFloat16 : torch::kHalf;
     std::vector<torch::Tensor> keep;
@@ -306,7 +308,7 @@ TEST_CASE("hf load: BF16 and F16 files load as their float32 values", "[hf]") {
       }
       hf::write_safetensors(dir.file("model.safetensors"), out);
     }
-    model::Policy policy = model::load_hf_policy(config);
+    model::Policy policy = load_hf_policy(config);
     const auto a = reference->named_parameters(), b = policy->named_parameters();
     for (std::size_t i = 0; i < a.size(); ++i) {
       INFO(a[i].key());

@@ -14,9 +14,11 @@
 #include <thread>
 
 #include "../unit/temp_dir.h"
+#include "moerl/config/config.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/storage/checkpoint_store.h"
 
+using moerl::learner::checkpoint_settings;
 using moerl::learner::CheckpointSchedule;
 using moerl::learner::LearnerState;
 using moerl::learner::StalenessAccount;
@@ -80,11 +82,12 @@ TEST_CASE("a learner checkpoint restores weights, optimizer, RNG, staleness and 
   torch::randn({3});  // move the generator somewhere particular
   state.rng_states = {moerl::learner::cpu_generator_state(), std::vector<std::uint8_t>(64, 7)};
   const torch::Tensor expected_draw = torch::randn({4});
-  moerl::learner::save_checkpoint(config, *saved.policy, *saved.optimizer, state);
+  moerl::learner::save_checkpoint(checkpoint_settings(config), *saved.policy, *saved.optimizer, state);
 
   Trained loaded(config, 2);
   REQUIRE_FALSE(same_parameters(*saved.policy, *loaded.policy));
-  const LearnerState back = moerl::learner::load_checkpoint_version(config, 9, *loaded.policy, loaded.optimizer.get());
+  const LearnerState back = moerl::learner::load_checkpoint_version(checkpoint_settings(config).directory, 9,
+                                                                    *loaded.policy, loaded.optimizer.get());
   CHECK(same_parameters(*saved.policy, *loaded.policy));
   CHECK(back.step == 7);
   CHECK(back.version == 9);
@@ -114,8 +117,9 @@ TEST_CASE("a learner checkpoint restores weights, optimizer, RNG, staleness and 
   other.model.d_model = 32;
   Trained wrong(other, 3);
   const auto before = wrong.policy->parameters()[0].clone();
-  CHECK_THROWS_WITH(moerl::learner::load_checkpoint_version(other, 9, *wrong.policy, nullptr),
-                    Catch::Contains("model/") && Catch::Contains("v000009.rank0.h5"));
+  CHECK_THROWS_WITH(
+      moerl::learner::load_checkpoint_version(checkpoint_settings(other).directory, 9, *wrong.policy, nullptr),
+      Catch::Contains("model/") && Catch::Contains("v000009.rank0.h5"));
   CHECK(torch::equal(before, wrong.policy->parameters()[0]));
 }
 
@@ -132,7 +136,7 @@ TEST_CASE("the checkpoint schedule: steps, minutes, rollback requests, archive",
   std::ofstream(config.run_directory() + "/metrics.jsonl") << "{\"step\": 1}\n";
   Trained t(config, 1);
   {
-    CheckpointSchedule schedule(config);
+    CheckpointSchedule schedule(checkpoint_settings(config));
     CHECK_FALSE(schedule.due(1));
     CHECK(schedule.due(3));
     CHECK_FALSE(schedule.rollback_request());  // nothing written yet
@@ -157,7 +161,7 @@ TEST_CASE("the checkpoint schedule: steps, minutes, rollback requests, archive",
   config.checkpoint.every_steps = 0;
   config.checkpoint.every_minutes = 0.001;  // 60 ms
   config.checkpoint.archive_directory = "";
-  CheckpointSchedule by_time(config);
+  CheckpointSchedule by_time(checkpoint_settings(config));
   CHECK_FALSE(by_time.due(1));
   std::this_thread::sleep_for(std::chrono::milliseconds(80));
   CHECK(by_time.due(1));
@@ -171,11 +175,12 @@ TEST_CASE("a crash injected into a learner save leaves the previous version late
   Trained t(config, 1);
   LearnerState state;
   state.version = 1;
-  moerl::learner::save_checkpoint(config, *t.policy, *t.optimizer, state);  // no schedule: no fault
+  moerl::learner::save_checkpoint(checkpoint_settings(config), *t.policy, *t.optimizer,
+                                  state);  // no schedule: no fault
   const pid_t child = ::fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    CheckpointSchedule schedule(config);
+    CheckpointSchedule schedule(checkpoint_settings(config));
     state.version = 2;
     try {
       schedule.save(*t.policy, *t.optimizer, state);

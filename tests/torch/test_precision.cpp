@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "moerl/config/config.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/mixed_precision.h"
@@ -306,10 +307,12 @@ TEST_CASE("a checkpoint written from float32 master weights loads into bf16 para
   moerl::learner::LearnerState state;
   state.version = 1;
   state.step = 1;
-  moerl::learner::save_checkpoint(config, *master, optimizer, state, {}, std::nullopt, nullptr);
+  moerl::learner::save_checkpoint(moerl::learner::checkpoint_settings(config), *master, optimizer, state, {},
+                                  std::nullopt, nullptr);
   Policy bf16 = make_policy(10);
   bf16->to(torch::kBFloat16);
-  moerl::learner::load_checkpoint_version(config, 1, *bf16, nullptr, nullptr);
+  moerl::learner::load_checkpoint_version(moerl::learner::checkpoint_settings(config).directory, 1, *bf16, nullptr,
+                                          nullptr);
   const auto got = bf16->parameters();
   const auto want = master->parameters();
   for (size_t i = 0; i < got.size(); ++i) CHECK(got[i].equal(want[i].to(torch::kBFloat16)));

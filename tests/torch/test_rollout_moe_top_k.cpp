@@ -240,7 +240,7 @@ TEST_CASE("active experts: an hf: model takes rollout.moe_top_k from its run con
       "[model]\nsource = \"hf:" + dir + "\"\n[rollout]\nmoe_top_k = 4\n[algo]\nrouting_replay = false\n", "hf.toml");
   REQUIRE(config.moe.top_k == 2);  // training keeps config.json's routing
   REQUIRE(config.rollout.moe_top_k == 4);
-  Policy policy = moerl::model::load_hf_policy(config);
+  Policy policy = moerl::model::load_hf_policy(config.model, config.moe);
   policy->eval();
   EngineOptions options;
   options.format = moerl::text::make_episode_format(config.model, config.chat);

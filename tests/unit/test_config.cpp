@@ -122,6 +122,19 @@ TEST_CASE("more than 256 experts is refused at its line: episodes record expert 
   CHECK(load_config_text("[moe]\nenabled = false\nnum_experts = 300\n", "x.toml").moe.num_experts == 300);
 }
 
+TEST_CASE("a group larger than an actor's sessions is refused at its line: no actor would ask for it", "[config]") {
+  const auto issues = issues_of("[rollout]\nsessions_per_actor = 4\ngroup_size = 8\n");
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].key == "rollout.group_size");
+  CHECK(issues[0].line == 3);
+  CHECK(issues[0].message ==
+        "must be <= rollout.sessions_per_actor (4: an actor runs a whole group at once, so it would never ask for "
+        "work), got 8");
+  // The default sessions_per_actor (16) bounds a group set alone; equal sizes are fine.
+  CHECK(issues_of("[rollout]\ngroup_size = 17\n").at(0).key == "rollout.group_size");
+  CHECK(load_config_text("[rollout]\nsessions_per_actor = 8\ngroup_size = 8\n", "x.toml").rollout.group_size == 8);
+}
+
 TEST_CASE("rollout.moe_top_k: bounded by num_experts, refused with routing replay of another k", "[config]") {
   // 0 (the default) routes rollouts like the learner.
   CHECK(load_config_text("", "x.toml").rollout.moe_top_k == 0);

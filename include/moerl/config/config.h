@@ -34,7 +34,7 @@ struct Config {
   CheckpointSection checkpoint;
   EvalSection eval;
   EnvSection env;
-  std::map<std::string, EnvFamilySection> env_families;  // one per built-in family and "external"
+  EnvFamilySections env_families;  // one per built-in family and "external"
   ExternalEnvSection env_external;
   FaultsSection faults;
 
@@ -47,6 +47,10 @@ struct Config {
   ConfigIssue issue(const std::string& key, const std::string& message) const;
   // The run directory: run.output_dir/run.name.
   std::string run_directory() const;
+  // Learner 0's metrics lines: <run dir>/telemetry.metrics_file.
+  std::string metrics_path() const;
+  // Where env workers archive session snapshots: env.archive_dir, or <run dir>/archive/env.
+  std::string env_archive_directory() const;
 };
 
 // The families that have an [env.<name>] section.

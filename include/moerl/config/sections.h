@@ -180,6 +180,9 @@ struct EnvFamilySection {
   double weight = 1.0;  // share of new sessions drawn from this family
 };
 
+// Every [env.<family>] section, by family name (built-in families and "external").
+using EnvFamilySections = std::map<std::string, EnvFamilySection>;
+
 // [env.external]: the external-process family (JSON lines over stdin/stdout).
 struct ExternalEnvSection {
   std::string command = "";         // shell command that starts one environment process

@@ -7,15 +7,11 @@
 #include <set>
 #include <vector>
 
-#include "moerl/config/config.h"
 #include "moerl/env/env_messages.h"
 #include "moerl/env/session_host.h"
 #include "moerl/runtime/mailbox.h"
 
 namespace moerl::env {
-
-// SessionHost options from the run configuration.
-SessionHostOptions session_host_options(const config::Config& config, int compute_threads);
 
 class EnvWorkerService {
  public:

@@ -33,6 +33,10 @@
 #include "moerl/env/environment.h"
 #include "moerl/env/session_snapshot.h"
 
+namespace moerl::config {
+struct Config;
+}  // namespace moerl::config
+
 namespace moerl::env {
 
 enum class RequestKind : std::uint8_t { Open = 1, Step = 2, Close = 3, Snapshot = 4, Restore = 5 };
@@ -77,6 +81,10 @@ struct SessionHostOptions {
   int threads = 1;
   std::string archive_dir = "archive/env";
 };
+
+// The options of a run's env worker: [env], [env.external], [faults], and
+// its threads from [env] threads or the rank's compute threads.
+SessionHostOptions session_host_options(const config::Config& config, int compute_threads);
 
 class SessionHost {
  public:

@@ -23,12 +23,30 @@
 #include <string>
 #include <vector>
 
-#include "moerl/config/config.h"
+#include "moerl/config/sections.h"
 #include "moerl/model/policy.h"
 #include "moerl/storage/archive.h"
 #include "moerl/storage/checkpoint_file.h"
 
+namespace moerl::config {
+struct Config;
+}  // namespace moerl::config
+
 namespace moerl::learner {
+
+// What saving, resuming and archiving take from the run configuration.
+struct CheckpointSettings {
+  config::CheckpointSection checkpoint;   // when to save, retention, the archive
+  std::string directory = "checkpoints";  // the run's store: [checkpoint] directory, or <run dir>/checkpoints
+  std::string config_toml;                // the resolved configuration, saved in every version
+  bool deterministic = false;             // [run]: which sampling scheme of the actors every version names
+  std::string metrics_path;               // <run dir>/[telemetry] metrics_file, archived with each version
+  std::string env_archive_dir;            // the env workers' session snapshots, archived with each version
+  config::CheckpointCrashPoint crash_point = config::CheckpointCrashPoint::None;  // [faults] checkpoint_crash_*
+  std::int64_t crash_version = -1;
+};
+
+CheckpointSettings checkpoint_settings(const config::Config& config);
 
 // How stale the trained-on data was, over the whole run (restarts included).
 struct StalenessAccount {
@@ -53,8 +71,6 @@ struct LearnerState {
   std::string program_version;    // on load: the program that wrote the checkpoint
 };
 
-std::string checkpoint_directory(const config::Config& config);
-
 // The torch CPU generator's state (what rng/learnerN holds), and its restore.
 std::vector<std::uint8_t> cpu_generator_state();
 void set_cpu_generator_state(const std::vector<std::uint8_t>& state);
@@ -64,21 +80,22 @@ void set_cpu_generator_state(const std::vector<std::uint8_t>& state);
 // during the save wins) and applies retention. Returns the bytes written.
 // `value_head` (PPO's critic; null otherwise) is saved and loaded with the
 // policy, under "value_head/".
-std::uint64_t save_checkpoint(const config::Config& config, model::PolicyImpl& policy,
+std::uint64_t save_checkpoint(const CheckpointSettings& settings, model::PolicyImpl& policy,
                               torch::optim::Optimizer& optimizer, const LearnerState& state,
                               const storage::FaultInjection& faults = {},
                               std::optional<std::int64_t> latest_expected = std::nullopt,
                               torch::nn::Module* value_head = nullptr);
 
-// `spec` is "auto" (latest valid, falling back past corrupt versions and
-// saying so) or a path to a store directory's version ("DIR" = its latest,
-// "DIR:VERSION|TAG"). Returns nothing when "auto" finds no checkpoint.
-std::optional<LearnerState> load_checkpoint(const config::Config& config, const std::string& spec,
+// `spec` is "auto" (the latest valid version in `run_store`, the run's own
+// store, falling back past corrupt versions and saying so) or a path to a
+// store directory's version ("DIR" = its latest, "DIR:VERSION|TAG").
+// Returns nothing when "auto" finds no checkpoint.
+std::optional<LearnerState> load_checkpoint(const std::string& run_store, const std::string& spec,
                                             model::PolicyImpl& policy, torch::optim::Optimizer* optimizer,
                                             torch::nn::Module* value_head = nullptr);
 
-// One version of the run's own store (a rollback while the job runs); quiet.
-LearnerState load_checkpoint_version(const config::Config& config, std::int64_t version, model::PolicyImpl& policy,
+// One version of the run's own store `directory` (a rollback while the job runs); quiet.
+LearnerState load_checkpoint_version(const std::string& directory, std::int64_t version, model::PolicyImpl& policy,
                                      torch::optim::Optimizer* optimizer, torch::nn::Module* value_head = nullptr);
 
 // The checkpoint schedule of a training run, on learner 0: when to save
@@ -88,7 +105,7 @@ LearnerState load_checkpoint_version(const config::Config& config, std::int64_t 
 // `latest` away from the version this run last wrote).
 class CheckpointSchedule {
  public:
-  explicit CheckpointSchedule(const config::Config& config);
+  explicit CheckpointSchedule(CheckpointSettings settings);
   ~CheckpointSchedule();
   CheckpointSchedule(const CheckpointSchedule&) = delete;
   CheckpointSchedule& operator=(const CheckpointSchedule&) = delete;
@@ -113,8 +130,7 @@ class CheckpointSchedule {
   void archive_after_save(std::int64_t version);
   void collect_archive_results(bool wait);
 
-  const config::Config& config_;
-  std::string directory_;
+  CheckpointSettings settings_;
   double last_save_s_ = 0;
   int saves_ = 0;
   std::optional<std::int64_t> expected_latest_;  // what `latest` should name; unset = not watched yet

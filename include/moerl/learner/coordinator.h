@@ -32,7 +32,7 @@
 #include <thread>
 #include <vector>
 
-#include "moerl/config/config.h"
+#include "moerl/config/sections.h"
 #include "moerl/learner/episode_inbox.h"
 #include "moerl/learner/progress_watch.h"
 #include "moerl/learner/task_coordinator.h"
@@ -45,7 +45,22 @@
 #include "moerl/telemetry/metrics_aggregator.h"
 #include "moerl/telemetry/metrics_file.h"
 
+namespace moerl::config {
+struct Config;
+}  // namespace moerl::config
+
 namespace moerl::learner {
+
+// What learner 0's job service takes from the run configuration.
+struct CoordinatorSettings {
+  TaskCoordinatorSettings tasks;
+  config::TelemetrySection telemetry;          // the Prometheus endpoint, report interval, warning thresholds
+  std::string metrics_path = "metrics.jsonl";  // <run dir>/[telemetry] metrics_file
+  double message_timeout_s = 60.0;             // [cluster]: how long the progress watch waits for episodes
+  std::int64_t malformed_message_limit = 5;    // [cluster]: from one rank, before the job stops
+};
+
+CoordinatorSettings coordinator_settings(const config::Config& config);
 
 // A failure that ends the job cleanly: why, and the exit status it asks for.
 struct JobFailure {
@@ -57,7 +72,7 @@ class Coordinator {
  public:
   // `own_inbox`: learner 0's training episodes go there. `heartbeat` (may be
   // null): where lost ranks are declared.
-  Coordinator(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, int learners,
+  Coordinator(const CoordinatorSettings& settings, const runtime::World& world, runtime::Mailbox& mailbox, int learners,
               EpisodeInbox& own_inbox, runtime::HeartbeatThread* heartbeat);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
@@ -142,7 +157,7 @@ class Coordinator {
   std::string prometheus_page() const;
   void log_metric_warnings();  // mutex_ held
 
-  const config::Config& config_;
+  CoordinatorSettings settings_;
   const runtime::World& world_;
   runtime::Mailbox& mailbox_;
   int learners_;

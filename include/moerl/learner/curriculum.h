@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "moerl/config/config.h"
+#include "moerl/config/sections.h"
 
 namespace moerl {
 class JsonValue;
@@ -45,7 +45,8 @@ struct EpisodeOutcome {
 
 class Curriculum {
  public:
-  explicit Curriculum(const config::Config& config);
+  // [env] and its [env.<family>] overrides: the families, their starting levels and the curriculum keys.
+  Curriculum(const config::EnvSection& env, const config::EnvFamilySections& families);
 
   void record(const EpisodeOutcome& outcome);
   // The difficulty of `family`'s next training groups.

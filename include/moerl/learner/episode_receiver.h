@@ -6,22 +6,33 @@
 // rank's metrics reports to learner 0.
 
 #include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
-#include "moerl/config/config.h"
 #include "moerl/learner/episode_inbox.h"
 #include "moerl/runtime/malformed_messages.h"
 #include "moerl/runtime/world.h"
 #include "moerl/runtime/metrics_report.h"
 
+namespace moerl::config {
+struct Config;
+}  // namespace moerl::config
+
 namespace moerl::learner {
+
+struct EpisodeReceiverSettings {
+  std::int64_t malformed_message_limit = 5;  // [cluster]: from one rank, before the job stops
+  double metrics_interval_s = 5.0;           // [telemetry]: how often this rank reports to learner 0
+};
+
+EpisodeReceiverSettings episode_receiver_settings(const config::Config& config);
 
 class EpisodeReceiver {
  public:
-  EpisodeReceiver(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox,
+  EpisodeReceiver(const EpisodeReceiverSettings& settings, const runtime::World& world, runtime::Mailbox& mailbox,
                   EpisodeInbox& inbox);
   ~EpisodeReceiver();  // stops the thread
   EpisodeReceiver(const EpisodeReceiver&) = delete;

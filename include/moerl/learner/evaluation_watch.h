@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "moerl/config/config.h"
+#include "moerl/config/sections.h"
 #include "moerl/learner/evaluation_record.h"
 
 namespace moerl::learner {
@@ -20,7 +20,8 @@ class Coordinator;
 
 class EvaluationWatch {
  public:
-  explicit EvaluationWatch(const config::Config& config);
+  // `checkpoint_directory`: the run's checkpoint store, where the records go and `stable` is found.
+  EvaluationWatch(const config::EvalSection& eval, std::string checkpoint_directory);
   // `base_ready`: the evaluation before training is complete (false on a resumed run's first steps: it has none).
   void after_step(Coordinator& coordinator, bool base_ready);
 
@@ -30,7 +31,7 @@ class EvaluationWatch {
   void judge(const EvaluationRecord& record);
   void roll_back_to_stable();
 
-  const config::Config& config_;
+  config::EvalSection eval_;
   std::string directory_;  // the checkpoint store
   bool base_written_ = false;
   std::int64_t regressed_in_a_row_ = 0;

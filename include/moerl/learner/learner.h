@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "moerl/comm/communicator.h"
-#include "moerl/config/config.h"
+#include "moerl/config/sections.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/coordinator.h"
@@ -49,7 +49,31 @@
 #include "moerl/sync/module_weights.h"
 #include "moerl/sync/weight_sync.h"
 
+namespace moerl::config {
+struct Config;
+}  // namespace moerl::config
+
 namespace moerl::learner {
+
+// What a learner takes from the run configuration, its parts' settings included.
+struct LearnerSettings {
+  config::ModelSection model;  // with moe: the bf16 compute copy and the KL reference
+  config::MoeSection moe;
+  config::AlgoSection algo;
+  config::OptimSection optim;
+  config::SyncSection sync;
+  config::RolloutSection rollout;  // group size, the context budget, the evaluation's printout
+  config::RunDtype dtype = config::RunDtype::Float32;
+  bool deterministic = false;        // [run]: episodes in canonical order
+  double message_timeout_s = 60.0;   // [cluster]
+  std::string run_directory;         // summary.json goes there
+  CoordinatorSettings coordinator;   // learner 0
+  CheckpointSettings checkpoints;    // learner 0 saves; every learner loads
+  config::EvalSection eval;          // learner 0's EvaluationWatch
+  EpisodeReceiverSettings receiver;  // the other learners
+};
+
+LearnerSettings learner_settings(const config::Config& config);
 
 struct StepStats {
   std::int64_t step = 0;
@@ -96,7 +120,7 @@ class Learner {
   // "bfloat16" forward and backward run on a bf16 copy (mixed_precision.h).
   // `resume`: "" (start fresh), "auto" (latest valid checkpoint if any) or a store path (see checkpointing.h).
   // `heartbeat` (learner 0; may be null in tests): where its Coordinator learns of lost ranks.
-  Learner(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
+  Learner(LearnerSettings settings, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
           comm::Communicator& learner_comm, comm::Communicator* sync_comm, const std::string& resume = "",
           runtime::HeartbeatThread* heartbeat = nullptr);
   ~Learner();
@@ -172,7 +196,7 @@ class Learner {
   double learning_rate(std::int64_t step) const;
   void report(const StepStats& stats, double elapsed_s, std::int64_t first_step);
 
-  const config::Config& config_;
+  const LearnerSettings settings_;
   const runtime::World& world_;
   runtime::Mailbox& mailbox_;
   model::Policy policy_;                   // the float32 master weights (optimizer, checkpoints, weight sync)

@@ -6,12 +6,28 @@
 // to predict the experts' actions (cross-entropy on assistant tokens only) in
 // exactly the chat layout the actors use.
 
+#include <cstdint>
 #include <string>
 
-#include "moerl/config/config.h"
+#include "moerl/config/sections.h"
 #include "moerl/model/policy.h"
 
+namespace moerl::config {
+struct Config;
+}  // namespace moerl::config
+
 namespace moerl::learner {
+
+// What pretraining takes from the run configuration.
+struct PretrainSettings {
+  config::PretrainSection pretrain;
+  config::EnvSection env;  // the task mix the demonstrations are drawn from
+  config::EnvFamilySections env_families;
+  std::int64_t max_tokens_per_episode = 768;  // [rollout]: longer demonstrations are left out
+  std::string output = "base.pt";             // the base policy's file: [pretrain] output, or <run dir>/base.pt
+};
+
+PretrainSettings pretrain_settings(const config::Config& config);
 
 struct PretrainReport {
   int episodes = 0;
@@ -24,11 +40,8 @@ struct PretrainReport {
   std::string path;
 };
 
-// The base policy's file: [pretrain] output, or <run dir>/base.pt.
-std::string base_policy_path(const config::Config& config);
-
 // Trains `policy` in place and saves it; prints progress every `log_every` steps.
-PretrainReport pretrain(const config::Config& config, model::Policy policy, int log_every = 25);
+PretrainReport pretrain(const PretrainSettings& settings, model::Policy policy, int log_every = 25);
 
 // Loads policy weights saved by pretrain() (torch::save format). Every tensor
 // is checked before any is copied; throws moerl::Error naming the file when

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "moerl/config/config.h"
+#include "moerl/config/sections.h"
 #include "moerl/learner/curriculum.h"
 #include "moerl/learner/evaluation_scores.h"
 #include "moerl/learner/periodic_evaluation.h"
@@ -30,7 +30,24 @@
 #include "moerl/rollout/trajectory.h"
 #include "moerl/runtime/mailbox.h"
 
+namespace moerl::config {
+struct Config;
+}  // namespace moerl::config
+
 namespace moerl::learner {
+
+// What the task coordinator takes from the run configuration.
+struct TaskCoordinatorSettings {
+  config::RolloutSection rollout;  // group size, the held-out evaluation's episodes and temperature
+  config::EvalSection eval;        // periodic evaluations
+  config::EnvSection env;          // the task mix, circuit breaker and curriculum
+  config::EnvFamilySections env_families;
+  config::SyncSection sync;          // asynchronous or synchronous, bounded staleness
+  std::int64_t groups_per_step = 8;  // [algo]
+  std::int64_t seed = 1;             // [run]: the training seeds count up from it
+};
+
+TaskCoordinatorSettings task_coordinator_settings(const config::Config& config);
 
 // One lost rank or restart of the job, for summary.json's `failures`.
 struct RankFailure {
@@ -51,7 +68,8 @@ class TaskCoordinator {
  public:
   enum class Phase { EvalBefore, Train, EvalAfter, Done };
 
-  TaskCoordinator(const config::Config& config, runtime::Mailbox& mailbox, int learners, std::vector<int> actor_ranks);
+  TaskCoordinator(TaskCoordinatorSettings settings, runtime::Mailbox& mailbox, int learners,
+                  std::vector<int> actor_ranks);
 
   // Takes work requests and answers those it can now.
   void serve(std::int64_t policy_version);
@@ -139,7 +157,7 @@ class TaskCoordinator {
   void publish_evaluation_metrics(bool before) const;
   std::int64_t train_groups_allowed() const;
 
-  const config::Config& config_;
+  TaskCoordinatorSettings settings_;
   runtime::Mailbox& mailbox_;
   int learners_;
   std::vector<int> actors_;

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "moerl/config/config.h"
+#include "moerl/config/sections.h"
 #include "moerl/hf/hf_config.h"
 #include "moerl/model/policy.h"
 
@@ -26,8 +26,8 @@ struct HfLoadStats {
 // converted) from DIR's safetensors, named as `arch` names them.
 HfLoadStats load_hf_weights(PolicyImpl& policy, const std::string& dir, hf::Architecture arch);
 
-// A policy for config.model/config.moe with the weights of config.model.source
-// (which must be "hf:DIR").
-Policy load_hf_policy(const config::Config& config, HfLoadStats* stats = nullptr);
+// A policy for [model] and [moe] with the weights of model.source (which
+// must be "hf:DIR").
+Policy load_hf_policy(const config::ModelSection& model, const config::MoeSection& moe, HfLoadStats* stats = nullptr);
 
 }  // namespace moerl::model

@@ -45,7 +45,7 @@
 #include <string>
 
 #include "moerl/comm/communicator.h"
-#include "moerl/config/config.h"
+#include "moerl/config/sections.h"
 #include "moerl/env/env_worker.h"
 #include "moerl/text/episode_format.h"
 #include "moerl/model/policy.h"
@@ -58,14 +58,38 @@
 #include "moerl/sync/module_weights.h"
 #include "moerl/sync/weight_sync.h"
 
+namespace moerl::config {
+struct Config;
+}  // namespace moerl::config
+
 namespace moerl::rollout {
+
+// What an actor takes from the run configuration.
+struct ActorSettings {
+  config::RolloutSection rollout;  // sessions, sampling, the context budget
+  config::ModelSection model;      // with chat: the episode format
+  config::ChatSection chat;
+  config::EnvSection env;  // with env_external: how long an env worker may take to answer
+  config::ExternalEnvSection env_external;
+  std::int64_t seed = 1;                               // [run]: every episode's sampling stream derives from it
+  bool deterministic = false;                          // [run]: canonical episode ids and streams, isolated sessions
+  config::RunDtype dtype = config::RunDtype::Float32;  // [run]: the dtype the weights arrive in
+  double message_timeout_s = 60.0;                     // [cluster]
+  double metrics_interval_s = 5.0;                     // [telemetry]
+  sync::SyncOptions sync;                              // receiving weight versions
+};
+
+ActorSettings actor_settings(const config::Config& config);
 
 // How long an actor waits for the env worker's answer to one request on a
 // session that has taken `turns` steps: the env worker's own worst case
 // (every attempt of [env] max_retries + 1 replays the session and may use
-// its whole deadline, plus the backoffs) and [cluster] message_timeout_s for
-// the messages. Past it the session fails with reason no_reply.
-double env_reply_deadline_s(const config::Config& config, int turns);
+// its whole deadline, plus the backoffs, plus [env.external]
+// startup_timeout_s when the external family is in the mix) and [cluster]
+// message_timeout_s for the messages. Past it the session fails with reason
+// no_reply.
+double env_reply_deadline_s(const config::EnvSection& env, const config::ExternalEnvSection& external,
+                            double message_timeout_s, int turns);
 
 class Actor {
  public:
@@ -73,7 +97,7 @@ class Actor {
   // sessions for its heartbeats.
   // `standby`: a standby actor, which only keeps its weights current until
   // it takes a lost actor's place.
-  Actor(const config::Config& config, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
+  Actor(ActorSettings settings, const runtime::World& world, runtime::Mailbox& mailbox, model::Policy policy,
         comm::Communicator& sync_comm, runtime::RankLoad* load = nullptr, bool standby = false);
   // Runs until learner 0 says the work is finished (then drains) or a stop.
   void run(runtime::StopCoordinator& stop);
@@ -133,7 +157,10 @@ class Actor {
   void group_member_done(const Trajectory& t);
   int free_slots() const;
 
-  const config::Config& config_;
+  // Reply deadline of `episode`'s pending env request (env_reply_deadline_s).
+  double reply_deadline_s(const Episode& episode) const;
+
+  const ActorSettings settings_;
   const runtime::World& world_;
   runtime::Mailbox& mailbox_;
   text::EpisodeFormat format_;  // before engine_, which takes a copy
