@@ -40,12 +40,23 @@ void CommRequest::wait(double timeout_s) {
   }
 }
 
+namespace {
+
+// ": <who is missing>", asked of the group's members, or a generic hint where
+// the backend cannot tell.
+std::string missing_part(CommRequest& request, double timeout_s) {
+  const std::string missing = request.missing_members(stall_grace_s(timeout_s));
+  return missing.empty() ? " (a rank of the group is missing or stuck)" : ": " + missing;
+}
+
+}  // namespace
+
+std::string CommRequest::stall_report(double timeout_s) { return describe() + missing_part(*this, timeout_s); }
+
 std::string CommRequest::timeout_message(double timeout_s) {
-  const std::string missing = missing_members(stall_grace_s(timeout_s));
   std::ostringstream seconds;
   seconds << timeout_s;  // "60", "0.5": no trailing zeros
-  return describe() + " did not complete within " + seconds.str() + " s" +
-         (missing.empty() ? " (a rank of the group is missing or stuck)" : ": " + missing);
+  return describe() + " did not complete within " + seconds.str() + " s" + missing_part(*this, timeout_s);
 }
 
 void Communicator::broadcast(void* data, size_t count, DataType type, int root, double timeout_s) {

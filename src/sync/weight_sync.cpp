@@ -259,7 +259,7 @@ bool WeightPublisher::progress() {
   if (!requests_.empty() && now_s() - started_ > options_.timeout_s)
     throw comm::CommTimeout("publication of weights version " + std::to_string(last_.version) + " in " + comm_.name() +
                             " did not complete within " + std::to_string(options_.timeout_s) + " s (" +
-                            first_unfinished(requests_).timeout_message(options_.timeout_s) + ")");
+                            first_unfinished(requests_).stall_report(options_.timeout_s) + ")");
   return requests_.empty();
 }
 
@@ -441,7 +441,7 @@ bool WeightReceiver::poll() {
                               " did not complete within " + std::to_string(options_.timeout_s) + " s (" +
                               std::to_string(verified_buckets_) + " of " + std::to_string(checksums_.size()) +
                               " buckets arrived; " +
-                              first_unfinished(bucket_requests_).timeout_message(options_.timeout_s) + ")");
+                              first_unfinished(bucket_requests_).stall_report(options_.timeout_s) + ")");
     return ready_version_ > current_version_;
   }
   // Every collective of this version has completed: refuse it or make it ready.
@@ -483,7 +483,7 @@ bool WeightReceiver::wait_ready(double timeout_s) {
     if (now_s() > deadline)
       throw comm::CommTimeout("no new weights version arrived in " + comm_.name() + " within " +
                               std::to_string(timeout_s) + " s" +
-                              (header_request_ ? " (" + header_request_->timeout_message(timeout_s) + ")" : ""));
+                              (header_request_ ? " (" + header_request_->stall_report(timeout_s) + ")" : ""));
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
   return true;

@@ -2,7 +2,8 @@
 // (comm/stall_inspector.h), on 3 ranks: members 0 and 1 wait while member 2
 // is busy elsewhere or stopped from outside by SIGSTOP; each waiting member
 // ends with a message that lists member 2 as missing and the other two as
-// waiting, and the group still works afterwards.
+// waiting, and the group still works afterwards. A weight publication that
+// one actor does not take names that actor the same way.
 
 #include <catch2/catch.hpp>
 #include <mpi.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "moerl/comm/mpi_communicator.h"
+#include "moerl/sync/weight_sync.h"
 
 using namespace moerl;
 
@@ -91,4 +93,50 @@ TEST_CASE("a timed-out collective names the member stopped by SIGSTOP", "[stall]
     }
   }
   rejoin_and_check(comm);
+}
+
+TEST_CASE("a timed-out weight publication names the actor that does not take it", "[stall]") {
+  comm::MpiCommunicator comm(MPI_COMM_WORLD, "stall group");
+  std::vector<float> weights(200000, 1.0f);  // 800 kB: past the eager limit, so the root waits for every receiver
+  const std::vector<sync::WeightView> views = {{"w", weights.data(), weights.size() * sizeof(float)}};
+  sync::SyncOptions options;
+  int token = 0;
+  if (comm.rank() == 0) {
+    options.timeout_s = kTimeout;
+    sync::WeightPublisher publisher(comm, views, options);
+    publisher.publish(1);
+    std::string message = "(no timeout)";
+    try {
+      publisher.finish();
+    } catch (const comm::CommTimeout& e) {
+      message = e.what();
+    }
+    INFO(message);
+    CHECK_THAT(message, Catch::Contains("publication of weights version 1 in stall group did not complete"));
+    CHECK_THAT(message, Catch::Contains("missing member 2 (job rank 2) did not answer within 1 s"));
+    CHECK_THAT(message, !Catch::Contains("member 1 (job rank 1) did not answer"));
+    // Member 2 joins now; the abandoned publication completes and closes.
+    MPI_Send(&token, 1, MPI_INT, 2, 7, MPI_COMM_WORLD);
+    const double deadline = MPI_Wtime() + 30;
+    while (publisher.in_flight()) {
+      REQUIRE(MPI_Wtime() < deadline);
+      try {
+        publisher.progress();
+      } catch (const comm::CommTimeout&) {
+        // still the abandoned version's deadline, until member 2 has taken it
+      }
+    }
+    publisher.close();
+  } else {
+    // Member 2 is busy outside the group until member 0 has given up.
+    if (comm.rank() == 2) MPI_Recv(&token, 1, MPI_INT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    options.timeout_s = 30;
+    std::vector<float> received(weights.size(), 0.0f);
+    sync::WeightReceiver receiver(comm, {{"w", received.data(), received.size() * sizeof(float)}}, options);
+    while (!receiver.closed()) {
+      if (receiver.poll()) receiver.apply();
+    }
+    CHECK(receiver.current_version() == 1);
+    CHECK(received == weights);
+  }
 }

@@ -49,7 +49,10 @@ class CommRequest {
   // Which members are not in this collective, asked of them for up to
   // grace_s (StallInspector); "" where the backend cannot tell.
   virtual std::string missing_members(double grace_s) { return ""; }
-  // describe() and the missing members, for a wait of timeout_s that ran out.
+  // describe() and the missing members, for a wait of timeout_s that ran
+  // out: what a caller with its own deadline wording appends.
+  std::string stall_report(double timeout_s);
+  // "<describe()> did not complete within <timeout_s> s: <missing members>".
   std::string timeout_message(double timeout_s);
 };
 
