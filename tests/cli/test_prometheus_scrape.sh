@@ -10,7 +10,6 @@ source "$(dirname "$0")/lib.sh" "$@"
 command -v prometheus >/dev/null || { fail "prometheus is not installed (scripts/setup.sh installs Debian's)"; finish; }
 command -v promtool >/dev/null || { fail "promtool is not installed (Debian's prometheus package has it)"; finish; }
 
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 METRICS_PORT=$(free_port)
 PROM_PORT=$(free_port)
 PROM="http://127.0.0.1:$PROM_PORT"
