@@ -3,8 +3,9 @@
 // learner update (Learner::update: advantages, micro-batches, forward,
 // clipped policy loss, backward, gradient clipping, AdamW) on a fixed
 // synthetic batch of multi-turn GRPO episodes, against the plain forward and
-// backward of the same micro-batches (the part no implementation can skip),
-// in the same process. --write-batch writes the batch (tokens, generated
+// backward of the same micro-batches with logits at every position (what a
+// plain implementation runs; the learner's head runs at generated positions
+// only), in the same process. --write-batch writes the batch (tokens, generated
 // mask, behaviour log-probs, rewards, advantages) and the optimiser settings
 // as JSON, so that another implementation (benchmarks/peer/grpo_update.py)
 // trains on the identical batch.

@@ -284,35 +284,40 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       const torch::Tensor token_mask = batch.loss_mask * algo::broadcast_to_tokens(kept, batch.sequence_index);
       const double counted = token_mask.sum().item<double>();
       if (counted == 0) continue;
-      model::PolicyOutput out = compute_->forward(batch.inputs, batch.lengths, batch.forced_experts);
+      // The loss reads generated positions only (every other one is masked):
+      // the head runs there alone, and every per-token input is cut to them.
+      const torch::Tensor rows = batch.loss_mask.nonzero().squeeze(1);
+      const auto at_rows = [&](const torch::Tensor& per_token) { return per_token.index_select(0, rows); };
+      model::PolicyOutput out = compute_->forward(batch.inputs, batch.lengths, batch.forced_experts, rows);
       for (std::size_t layer = 0; layer < out.router_stats.size(); ++layer)
         st.expert_load.add(layer, out.router_stats[layer].tokens_per_expert, out.router_stats[layer].dropped_tokens);
       algo::PolicyLossInputs inputs;
-      inputs.logp_new = target_logprobs(out.logits, batch.targets);
-      inputs.logp_behaviour = batch.behaviour_logprobs;
+      const torch::Tensor row_targets = at_rows(batch.targets);
+      inputs.logp_new = target_logprobs(out.logits, row_targets);
+      inputs.logp_behaviour = at_rows(batch.behaviour_logprobs);
       const double share = chunk_share(counted, kept);
       torch::Tensor value_loss;
       if (value_head_) {
         std::vector<const rollout::Trajectory*> part(trained.begin() + begin, trained.begin() + end);
         std::vector<float> bonus(targets.final_bonus.begin() + begin, targets.final_bonus.begin() + end);
         const PpoTargets ppo = ppo_targets(batch, out.hidden, *value_head_, part, bonus, ppo_options(settings_.algo));
-        inputs.advantages = ppo.token_advantages;
+        inputs.advantages = at_rows(ppo.token_advantages);
         value_loss = ppo.value_loss;
         st.value_loss += ppo.value_loss.item<double>() * share;
         st.value_mean += ppo.value_mean * share;
         st.explained_variance += ppo.explained_variance * share;
       } else {
-        inputs.advantages = algo::broadcast_to_tokens(targets.advantages.narrow(0, begin, end - begin).to(device_),
-                                                      batch.sequence_index);
+        inputs.advantages = at_rows(algo::broadcast_to_tokens(
+            targets.advantages.narrow(0, begin, end - begin).to(device_), batch.sequence_index));
       }
-      inputs.loss_mask = token_mask;
-      inputs.sequence_index = batch.sequence_index;
+      inputs.loss_mask = at_rows(token_mask);
+      inputs.sequence_index = at_rows(batch.sequence_index);
       inputs.num_sequences = end - begin;
       if (settings_.algo.entropy_coef > 0) inputs.entropy = algo::token_entropy_from_logits(out.logits);
       if (reference_) {
         torch::NoGradGuard no_grad;
         inputs.logp_reference = target_logprobs(
-            reference_->forward(batch.inputs, batch.lengths, batch.forced_experts).logits, batch.targets);
+            reference_->forward(batch.inputs, batch.lengths, batch.forced_experts, rows).logits, row_targets);
       }
       const algo::LossResult result = algo::policy_loss(inputs, options);
       torch::Tensor loss = result.loss * share;

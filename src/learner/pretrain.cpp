@@ -100,9 +100,11 @@ PretrainReport pretrain(const PretrainSettings& settings, model::Policy policy, 
         mask.push_back(c.assistant_mask[static_cast<size_t>(i)] ? 1.f : 0.f);
       }
     }
-    const torch::Tensor target = torch::tensor(targets);
-    const torch::Tensor weight = torch::tensor(mask);
-    model::PolicyOutput out = policy->forward(inputs, lengths);
+    // The loss reads the assistant's positions only: the head runs there.
+    const torch::Tensor rows = torch::tensor(mask).nonzero().squeeze(1);
+    const torch::Tensor target = torch::tensor(targets).index_select(0, rows);
+    const torch::Tensor weight = torch::ones({rows.size(0)});
+    model::PolicyOutput out = policy->forward(inputs, lengths, torch::Tensor(), rows);
     const torch::Tensor logp = torch::log_softmax(out.logits, -1);
     const torch::Tensor token_loss = -logp.gather(1, target.unsqueeze(1)).squeeze(1);
     const torch::Tensor loss = (token_loss * weight).sum() / weight.sum().clamp_min(1) +

@@ -22,6 +22,13 @@ torch::Tensor PolicyOutput::unpack(const torch::Tensor& packed, double fill) con
   return torch::full(flat_shape, fill, packed.options()).index_copy(0, token_index, packed).view(shape);
 }
 
+torch::Tensor PolicyOutput::next_token_logits() const {
+  if (!logit_rows.defined()) return logits.index_select(0, last_token);
+  MOERL_CHECK(logit_rows.is_same(last_token),
+              "PolicyOutput::next_token_logits: the forward computed logits at other chosen rows only");
+  return logits;
+}
+
 // ---------------------------------------------------------------- layer
 
 bool is_moe_layer(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t layer) {
@@ -143,18 +150,19 @@ std::vector<std::int64_t> PolicyImpl::row_lengths(const torch::Tensor& tokens, c
 }
 
 PolicyOutput PolicyImpl::forward(const torch::Tensor& tokens, const torch::Tensor& lengths,
-                                 const torch::Tensor& forced_experts) {
+                                 const torch::Tensor& forced_experts, const torch::Tensor& logit_rows) {
   const std::vector<std::int64_t> lens = row_lengths(tokens, lengths);
   MOERL_CHECK(tokens.size(1) <= model_.max_seq_len,
               "policy: sequence width " + std::to_string(tokens.size(1)) +
                   " exceeds model.max_seq_len = " + std::to_string(model_.max_seq_len));
   const AttentionBatch batch = AttentionBatch::make(lens, std::vector<std::int64_t>(lens.size(), 0), {}, tokens.size(1),
                                                     tokens.device(), model_.sliding_window);
-  return run(tokens, batch, nullptr, forced_experts);
+  return run(tokens, batch, nullptr, forced_experts, logit_rows);
 }
 
 PolicyOutput PolicyImpl::forward_cached(const torch::Tensor& tokens, const torch::Tensor& lengths, KVCache& cache,
-                                        const std::vector<SequenceId>& sequences, const torch::Tensor& forced_experts) {
+                                        const std::vector<SequenceId>& sequences, const torch::Tensor& forced_experts,
+                                        bool next_token_only) {
   const std::vector<std::int64_t> lens = row_lengths(tokens, lengths);
   MOERL_CHECK(lens.size() == sequences.size(), "policy: " + std::to_string(lens.size()) + " token rows but " +
                                                    std::to_string(sequences.size()) + " sequence ids");
@@ -166,13 +174,13 @@ PolicyOutput PolicyImpl::forward_cached(const torch::Tensor& tokens, const torch
   cache.prepare(sequences, lens);
   const AttentionBatch batch =
       AttentionBatch::make(lens, past, slots, tokens.size(1), tokens.device(), model_.sliding_window);
-  PolicyOutput out = run(tokens, batch, &cache, forced_experts);
+  PolicyOutput out = run(tokens, batch, &cache, forced_experts, next_token_only ? batch.last_token : torch::Tensor());
   cache.advance(sequences, lens);  // only after the whole step succeeded
   return out;
 }
 
 PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& batch, KVCache* cache,
-                             const torch::Tensor& forced_experts) {
+                             const torch::Tensor& forced_experts, const torch::Tensor& logit_rows) {
   const std::int64_t T = batch.tokens;
   const std::int64_t num_moe = num_moe_layers();
   if (forced_experts.defined()) {
@@ -214,8 +222,15 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
     }
   }
   out.hidden = norm(h);
+  torch::Tensor head_input = out.hidden;
+  if (logit_rows.defined()) {
+    MOERL_CHECK(logit_rows.dim() == 1 && logit_rows.scalar_type() == torch::kLong,
+                "policy: logit_rows must be [K] int64 packed positions");
+    out.logit_rows = logit_rows.device() == out.hidden.device() ? logit_rows : logit_rows.to(out.hidden.device());
+    head_input = out.hidden.index_select(0, out.logit_rows);  // index_select checks the range
+  }
   out.logits =
-      lm_head.is_empty() ? torch::nn::functional::linear(out.hidden, embed_tokens->weight) : lm_head(out.hidden);
+      lm_head.is_empty() ? torch::nn::functional::linear(head_input, embed_tokens->weight) : lm_head(head_input);
   // Log-probs, sampling and losses read float32 logits: a bfloat16 model's
   // are widened here, once, so that no caller takes a log-softmax over 8
   // mantissa bits (model/precision.h).

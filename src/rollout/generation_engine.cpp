@@ -401,7 +401,8 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
   const torch::Device device = policy_->embed_tokens->weight.device();
   const torch::Tensor tokens = torch::tensor(host, torch::kLong).view({B, width}).to(device);
   const torch::Tensor lens = torch::tensor(lengths, torch::kLong).to(device);
-  const model::PolicyOutput out = policy_->forward_cached(tokens, lens, cache_, ids);
+  const model::PolicyOutput out =
+      policy_->forward_cached(tokens, lens, cache_, ids, torch::Tensor(), /*next_token_only=*/true);
   for (std::size_t layer = 0; layer < out.router_stats.size(); ++layer)
     expert_load_.add(layer, out.router_stats[layer].tokens_per_expert, out.router_stats[layer].dropped_tokens);
 

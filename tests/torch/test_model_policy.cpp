@@ -104,6 +104,15 @@ void check_cache_matches_full_forward(torch::Dtype dtype, const MoeSection& moe,
     CHECK(unpacked.size(0) == 5);
     CHECK(max_abs_diff(unpacked[2].narrow(0, 0, 12), ref_logits[2]) <= tolerance);
     CHECK(max_abs_diff(out.next_token_logits()[1], ref_logits[1][4]) <= tolerance);
+    // The head at chosen rows only: the same logits as those rows of the full
+    // forward, in the order asked, and the same hidden states everywhere.
+    const torch::Tensor rows = torch::tensor({20, 0, 3, 9, 38, 21}, torch::kLong);
+    auto picked = policy(tokens, lengths, torch::Tensor(), rows);
+    CHECK(picked.logits.size(0) == 6);
+    CHECK(max_abs_diff(picked.logits, out.logits.index_select(0, rows)) <= tolerance);
+    CHECK(max_abs_diff(picked.hidden, out.hidden) <= tolerance);
+    CHECK_THROWS_WITH(picked.next_token_logits(), Catch::Contains("at other chosen rows only"));
+    CHECK_THROWS(policy(tokens, lengths, torch::Tensor(), torch::tensor({39}, torch::kLong)));  // 39 positions
   }
 
   // Cached schedule: each step lists (sequence index, tokens to append).
@@ -139,7 +148,22 @@ void check_cache_matches_full_forward(torch::Dtype dtype, const MoeSection& moe,
       row_ids.push_back(ids.at(s));
     }
     auto [tokens, lengths] = pad_rows(rows, 258);
-    auto out = policy->forward_cached(tokens, lengths, cache, row_ids);
+    // Every other step asks for the next token's logits only (what the
+    // rollout engine does); they must equal each row's last full logits.
+    const bool next_only = step_index % 2 == 1;
+    auto out = policy->forward_cached(tokens, lengths, cache, row_ids, torch::Tensor(), next_only);
+    if (next_only) {
+      CHECK(out.logits.size(0) == static_cast<std::int64_t>(step.rows.size()));
+      std::int64_t row = 0;
+      for (const auto& [s, n] : step.rows) {
+        CHECK(max_abs_diff(out.next_token_logits()[row], ref_logits[s][done[s] + n - 1]) <= tolerance);
+        done[s] += n;
+        CHECK(cache.length(ids.at(s)) == done[s]);
+        ++row;
+      }
+      ++step_index;
+      continue;
+    }
     std::int64_t offset = 0;
     for (const auto& [s, n] : step.rows) {
       const double d = max_abs_diff(out.logits.narrow(0, offset, n), ref_logits[s].narrow(0, done[s], n));

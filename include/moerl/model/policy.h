@@ -54,7 +54,9 @@
 namespace moerl::model {
 
 struct PolicyOutput {
-  torch::Tensor logits;                        // [T, vocab] packed over the real tokens; float32 for a bf16/fp16 model
+  torch::Tensor logits;                        // [T, vocab] packed over the real tokens ([K, vocab] with
+                                               // logit_rows); float32 for a bf16/fp16 model
+  torch::Tensor logit_rows;                    // [K] int64: the packed positions `logits` covers; undefined = all T
   torch::Tensor hidden;                        // [T, d_model] final normed hidden state (for value heads)
   torch::Tensor expert_indices;                // [T, moe_layers, active_experts()] int64; undefined without MoE layers
   torch::Tensor aux_loss;                      // scalar: sum over MoE layers (already weighted); 0 without
@@ -64,8 +66,8 @@ struct PolicyOutput {
   std::int64_t batch = 0;                      // B
   std::int64_t max_new = 0;                    // S
 
-  // Logits that predict each row's next token: [B, vocab].
-  torch::Tensor next_token_logits() const { return logits.index_select(0, last_token); }
+  // Logits that predict each row's next token: [B, vocab] (a forward without logit_rows).
+  torch::Tensor next_token_logits() const;
   // packed [T, ...] -> [B, S, ...]; padding positions hold `fill`.
   torch::Tensor unpack(const torch::Tensor& packed, double fill = 0.0) const;
 };
@@ -111,9 +113,15 @@ class PolicyImpl : public torch::nn::Module {
   // int64, right-padded; lengths: [B] int64 real tokens per row (each
   // >= 1), or undefined for "all S". forced_experts: undefined, or
   // [T, moe_layers, active_experts()] int64 in packed order -- pass a previous
-  // PolicyOutput::expert_indices to replay its routing.
+  // PolicyOutput::expert_indices to replay its routing. logit_rows:
+  // undefined for logits at every position, or [K] int64 packed positions:
+  // the head then runs on those rows only. A learner reads log-probs of
+  // generated tokens alone (a fifth of an episode's positions in the
+  // quickstart), and the head with its log-softmax over the vocabulary,
+  // forward and backward, is a large share of a small model's update.
   PolicyOutput forward(const torch::Tensor& tokens, const torch::Tensor& lengths = torch::Tensor(),
-                       const torch::Tensor& forced_experts = torch::Tensor());
+                       const torch::Tensor& forced_experts = torch::Tensor(),
+                       const torch::Tensor& logit_rows = torch::Tensor());
 
   // One step of incremental decoding: row b appends lengths[b] tokens to
   // sequence sequences[b] of the cache (a prefill when that sequence is
@@ -121,9 +129,12 @@ class PolicyImpl : public torch::nn::Module {
   // may be any subset of the cache's sequences, in any order. Positions
   // continue from each sequence's cached length. Gradients do not flow
   // through cached keys/values.
+  // next_token_only: the head runs on each row's last token alone (a
+  // sampler reads nothing else; a prefill of hundreds of tokens per row then
+  // skips their logits), and next_token_logits() returns them.
   PolicyOutput forward_cached(const torch::Tensor& tokens, const torch::Tensor& lengths, KVCache& cache,
                               const std::vector<SequenceId>& sequences,
-                              const torch::Tensor& forced_experts = torch::Tensor());
+                              const torch::Tensor& forced_experts = torch::Tensor(), bool next_token_only = false);
 
   // A cache with this policy's dtype and device.
   KVCache make_cache(std::int64_t initial_slots = 4, std::int64_t initial_capacity = 64) const;
@@ -156,7 +167,7 @@ class PolicyImpl : public torch::nn::Module {
 
  private:
   PolicyOutput run(const torch::Tensor& tokens, const AttentionBatch& batch, KVCache* cache,
-                   const torch::Tensor& forced_experts);
+                   const torch::Tensor& forced_experts, const torch::Tensor& logit_rows = torch::Tensor());
   std::vector<std::int64_t> row_lengths(const torch::Tensor& tokens, const torch::Tensor& lengths) const;
 
   config::ModelSection model_;
