@@ -276,6 +276,11 @@ void Coordinator::write_metrics_line(std::int64_t step) {
   log_metric_warnings();
 }
 
+std::string Coordinator::undelivered_groups() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tasks_.undelivered_groups();
+}
+
 std::vector<std::int64_t> Coordinator::assigned_episodes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return tasks_.assigned_episodes();

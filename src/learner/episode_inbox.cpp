@@ -88,6 +88,17 @@ std::int64_t EpisodeInbox::received() const {
   return received_;
 }
 
+std::string EpisodeInbox::partial_groups() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string listed;
+  for (const auto& [id, group] : groups_) {
+    if (static_cast<int>(group.members.size()) >= group_size_) continue;
+    listed += (listed.empty() ? "" : ", ") + std::to_string(id) + " (" + std::to_string(group.members.size()) + "/" +
+              std::to_string(group_size_) + ")";
+  }
+  return listed.empty() ? "none" : listed;
+}
+
 size_t EpisodeInbox::held() const {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t held = 0;

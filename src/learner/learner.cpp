@@ -16,6 +16,7 @@
 #include "moerl/core/check.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/model/precision.h"
+#include "moerl/runtime/end_of_job.h"
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/sync/module_weights.h"
@@ -352,19 +353,32 @@ std::int64_t Learner::episodes_to_drain() {
 }
 
 void Learner::drain_episodes(std::int64_t expected, runtime::StopCoordinator& stop) {
-  const double limit_s = 10 * settings_.message_timeout_s;
-  const double deadline = now_s() + limit_s;
+  const double limit_s = runtime::drain_limit_s(settings_.message_timeout_s);
+  const double started = now_s();
+  bool reported = false;
   while (inbox_.received() < expected && !stop.should_stop()) {
-    if (now_s() > deadline)
+    const double waited = now_s() - started;
+    if (waited > limit_s)
       throw runtime::TimeoutError("learner " + std::to_string(world_.role_index()) + ": after the last step, " +
-                                  std::to_string(expected - inbox_.received()) + " of the " + std::to_string(expected) +
-                                  " training episodes handed out for it did not arrive within " +
+                                  drain_stall(expected) + " did not arrive within " +
                                   std::to_string(static_cast<int>(limit_s)) + " s");
+    // Said once while there is still time: a drain this long means an episode is late or lost.
+    if (!reported && waited > settings_.message_timeout_s / 2) {
+      spdlog::warn("learner {}: after the last step, still waiting for {}", world_.role_index(), drain_stall(expected));
+      reported = true;
+    }
     inbox_.wait(0.05);
   }
   spdlog::debug("learner {}: {} episodes generated past the last step were not trained on", world_.role_index(),
                 inbox_.held());
   inbox_.clear();
+}
+
+std::string Learner::drain_stall(std::int64_t expected) const {
+  std::string said = std::to_string(expected - inbox_.received()) + " of the " + std::to_string(expected) +
+                     " training episodes handed out for it (groups partly here: " + inbox_.partial_groups();
+  if (coordinator_) said += "; groups not reported delivered by their actor: " + coordinator_->undelivered_groups();
+  return said + ")";
 }
 
 bool Learner::take_job_failure() {

@@ -167,8 +167,10 @@ void TaskCoordinator::serve(std::int64_t policy_version) {
 void TaskCoordinator::send_to_actor(int actor, const rollout::TaskAssignment& assignment) {
   try {
     mailbox_.send(actor, assignment);
-  } catch (const runtime::PeerLostError&) {
+  } catch (const runtime::PeerLostError& error) {
     // Its loss is being handled (heartbeats): what it was given comes back through take_undelivered().
+    spdlog::warn("learner 0: an assignment of {} groups to actor rank {} was not delivered: {}",
+                 assignment.groups.size(), actor, error.what());
   }
 }
 
@@ -186,6 +188,16 @@ std::vector<rollout::TaskGroup> TaskCoordinator::take_undelivered(int actor_rank
   }
   undelivered_.erase(actor_rank);
   return groups;
+}
+
+std::string TaskCoordinator::undelivered_groups() const {
+  std::string listed;
+  for (const auto& [actor, groups] : undelivered_) {
+    if (groups.empty()) continue;
+    listed += (listed.empty() ? "rank " : "; rank ") + std::to_string(actor) + ":";
+    for (const auto& [id, group] : groups) listed += " " + std::to_string(id);
+  }
+  return listed.empty() ? "none" : listed;
 }
 
 void TaskCoordinator::cancelled_training_group(const rollout::TaskGroup& group) {

@@ -11,6 +11,7 @@
 #include "moerl/core/check.h"
 #include "moerl/core/hash.h"
 #include "moerl/model/precision.h"
+#include "moerl/runtime/end_of_job.h"
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics.h"
@@ -463,13 +464,15 @@ void Actor::run(runtime::StopCoordinator& stop) {
     }
   }
   // Keep the weight-sync collectives matched until learner 0 closes them
-  // (it does, also after a stop signal), with a deadline in case it is gone.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(settings_.message_timeout_s);
+  // (it does, also after a stop signal, once its drain is over), with a
+  // deadline in case it cannot.
+  const double close_wait_s = runtime::publication_close_wait_s(settings_.message_timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(close_wait_s);
   while (!receiver_->closed()) {
     if (std::chrono::steady_clock::now() > deadline)
       throw runtime::TimeoutError("actor " + std::to_string(world_.role_index()) +
                                   ": learner 0 did not close the weight publication within " +
-                                  std::to_string(settings_.message_timeout_s) + " s");
+                                  std::to_string(static_cast<int>(close_wait_s)) + " s of this actor's last episode");
     try {
       receiver_->poll();
       if (receiver_->ready_version() > receiver_->current_version()) receiver_->apply();

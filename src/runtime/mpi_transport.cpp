@@ -1,5 +1,7 @@
 #include "moerl/runtime/mpi_transport.h"
 
+#include <spdlog/spdlog.h>
+
 #include "moerl/core/check.h"
 #include "moerl/runtime/backoff.h"
 #include "moerl/runtime/fault_tolerance.h"
@@ -61,7 +63,13 @@ std::optional<ReceivedFrame> MpiTransport::poll(int tag, int source) {
   // (a large frame waits for the receiver). The matched message is consumed
   // either way, so no later probe finds it again; what it said died with its
   // sender, and the failure detector reports the rank.
-  if (received != MPI_SUCCESS && is_process_failure(received)) return std::nullopt;
+  if (received != MPI_SUCCESS && is_process_failure(received)) {
+    spdlog::warn(
+        "rank {}: a message (tag {}) from rank {} was lost: MPI reported a process failure (error {}) "
+        "while receiving it",
+        rank_, tag, frame.source, received);
+    return std::nullopt;
+  }
   MOERL_MPI_CHECK(received);
   return frame;
 }

@@ -3,7 +3,12 @@ set -u
 MOERL="$1"
 SOURCE_DIR="$2"
 WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
+# MOERL_KEEP_TEST_DIR=1 keeps the work directory (its logs, run directories) for a post-mortem.
+if [ -n "${MOERL_KEEP_TEST_DIR:-}" ]; then
+  echo "keeping $WORK"
+else
+  trap 'rm -rf "$WORK"' EXIT
+fi
 cd "$WORK"
 # Multi-rank jobs start through the project's launcher (the MPI moerl was
 # built against, the flags this machine needs); no restarts unless a test asks.

@@ -18,7 +18,9 @@ start() {  # start NAME [extra args...]: 1 learner, 2 actors, 2 env workers (ran
 }
 released_cleanly() {  # released_cleanly NAME RANK: every step, one failure entry that is a release, no session lost
   wait_job "$job" 240 "$1"
-  expect_status 0 $? "$1: exit status"
+  local status=$?
+  expect_status 0 $status "$1: exit status"
+  [ "$status" = 0 ] || tail -n 40 "$1.txt" | sed 's/^/    | /'
   expect_contains "$1.txt" "step $STEPS/$STEPS " "$1: every step"
   expect_contains "$1.txt" "releasing env worker $(( $2 - 3 )) (rank $2) on its signal 15" "$1: learner 0 releases it"
   grep -q "env failures" "$1.txt" && fail "$1: sessions failed"

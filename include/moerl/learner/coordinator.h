@@ -105,6 +105,7 @@ class Coordinator {
   // metrics.jsonl: one line after each step (every rank's latest snapshot).
   void write_metrics_line(std::int64_t step);
   std::vector<std::int64_t> assigned_episodes() const;
+  std::string undelivered_groups() const;  // TaskCoordinator::undelivered_groups, under the lock
   std::uint64_t next_group() const;
   std::uint64_t next_seed() const;
   std::string books_json() const;

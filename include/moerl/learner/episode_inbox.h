@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "moerl/rollout/trajectory.h"
@@ -39,6 +40,8 @@ class EpisodeInbox {
   // Training episodes that arrived (and still count: cancelled groups' do not).
   std::int64_t received() const;
   size_t held() const;  // arrived and not taken into a step
+  // The groups that some members reached and others not yet: "id (held/size)", for a stall's message.
+  std::string partial_groups() const;
   // Waits at most timeout_s for an arrival (or a notify()); true if something arrived.
   bool wait(double timeout_s);
   void notify();  // wakes wait() (a stop, a failure)

@@ -193,6 +193,7 @@ class Learner {
   // episodes_to_drain() is collective over the learners.
   std::int64_t episodes_to_drain();
   void drain_episodes(std::int64_t expected, runtime::StopCoordinator& stop);
+  std::string drain_stall(std::int64_t expected) const;  // what the drain still waits for, for its messages
   double learning_rate(std::int64_t step) const;
   void report(const StepStats& stats, double elapsed_s, std::int64_t first_step);
 
