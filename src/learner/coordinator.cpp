@@ -84,6 +84,9 @@ void Coordinator::serve_once() {
   for (const runtime::LostRank& rank : lost) on_rank_lost(rank);
   tasks_.serve(version_);
   take_messages(now);
+  // After take_messages: an actor's episodes were sent before its last word,
+  // so those that came before it have been taken in this pass.
+  if (tasks_.all_actors_done_sending()) actors_done_sending_ = true;
   take_failover_messages(now);
   take_release_requests(now);
   decide_releases(now);

@@ -357,6 +357,14 @@ void Learner::drain_episodes(std::int64_t expected, runtime::StopCoordinator& st
   const double started = now_s();
   bool reported = false;
   while (inbox_.received() < expected && !stop.should_stop()) {
+    // Learner 0 knows when nothing more can come; what is missing then was
+    // lost on the way (those episodes would not be trained on anyway).
+    if (coordinator_ && coordinator_->actors_done_sending()) {
+      telemetry::metrics().add("learner.episodes_missing_at_end", static_cast<double>(expected - inbox_.received()));
+      spdlog::warn("learner 0: every actor has sent its last episode, and {} did not arrive; not waiting for them",
+                   drain_stall(expected));
+      break;
+    }
     const double waited = now_s() - started;
     if (waited > limit_s)
       throw runtime::TimeoutError("learner " + std::to_string(world_.role_index()) + ": after the last step, " +

@@ -147,6 +147,10 @@ void TaskCoordinator::serve(std::int64_t policy_version) {
     const int actor = request->first;
     if (lost_actors_.count(actor)) continue;
     for (std::uint64_t id : request->second.delivered) undelivered_[actor].erase(id);
+    if (request->second.done_sending) {
+      done_sending_.insert(actor);
+      continue;
+    }
     pending_.emplace_back(actor, request->second.free_slots);
   }
   while (!pending_.empty()) {
@@ -188,6 +192,12 @@ std::vector<rollout::TaskGroup> TaskCoordinator::take_undelivered(int actor_rank
   }
   undelivered_.erase(actor_rank);
   return groups;
+}
+
+bool TaskCoordinator::all_actors_done_sending() const {
+  for (int actor : actors_)
+    if (!lost_actors_.count(actor) && !done_sending_.count(actor)) return false;
+  return finished_sent_;
 }
 
 std::string TaskCoordinator::undelivered_groups() const {

@@ -140,6 +140,17 @@ void Actor::request_work() {
   work_requested_ = true;
 }
 
+void Actor::report_done_sending() {
+  WorkRequest last;
+  last.delivered.swap(delivered_groups_);
+  last.done_sending = true;
+  try {
+    mailbox_.send(runtime::RankLayout::kCoordinatorRank, last);
+  } catch (const runtime::PeerLostError&) {
+    // Learner 0 gone: the heartbeats end this rank.
+  }
+}
+
 void Actor::group_member_done(const Trajectory& t) {
   const auto size = group_sizes_.find(t.group_id);
   const int expected = size == group_sizes_.end() ? 1 : size->second;
@@ -463,6 +474,9 @@ void Actor::run(runtime::StopCoordinator& stop) {
       load_->queue_depth = static_cast<std::int32_t>(waiting);
     }
   }
+  // Learner 0's end-of-run drain may stop waiting once every actor said this
+  // (a standby that was never promoted had nothing to send).
+  if (finished_ && !standby_) report_done_sending();
   // Keep the weight-sync collectives matched until learner 0 closes them
   // (it does, also after a stop signal, once its drain is over), with a
   // deadline in case it cannot.

@@ -9,12 +9,14 @@ namespace moerl::rollout {
 void WorkRequest::encode(runtime::ByteWriter& w) const {
   w.put(free_slots);
   w.put_vector(delivered);
+  w.put<std::uint8_t>(done_sending);
 }
 
 WorkRequest WorkRequest::decode(runtime::ByteReader& r) {
   WorkRequest m;
   m.free_slots = r.get<std::int32_t>();
   m.delivered = r.get_vector<std::uint64_t>();
+  m.done_sending = r.get<std::uint8_t>() != 0;
   return m;
 }
 

@@ -106,6 +106,9 @@ class Coordinator {
   void write_metrics_line(std::int64_t step);
   std::vector<std::int64_t> assigned_episodes() const;
   std::string undelivered_groups() const;  // TaskCoordinator::undelivered_groups, under the lock
+  // Every living actor said it sent its last episode, and what it sent before
+  // that has been taken: nothing more can reach learner 0's inbox.
+  bool actors_done_sending() const { return actors_done_sending_; }
   std::uint64_t next_group() const;
   std::uint64_t next_seed() const;
   std::string books_json() const;
@@ -187,6 +190,7 @@ class Coordinator {
   telemetry::MetricWarnings metric_warnings_;
   std::atomic<bool> sync_broken_{false};
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> actors_done_sending_{false};
   std::thread thread_;
   // Last: it calls prometheus_page(), so it goes first.
   std::unique_ptr<telemetry::MetricsServer> metrics_server_;

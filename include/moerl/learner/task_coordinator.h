@@ -119,6 +119,8 @@ class TaskCoordinator {
   // learner g mod learners), in this process's lifetime: once training ends,
   // what every learner must still receive before the job may end.
   const std::vector<std::int64_t>& assigned_episodes() const { return assigned_episodes_; }
+  // After finish_actors(): every living actor has said that it sent its last episode.
+  bool all_actors_done_sending() const;
   // The groups each actor was given and has not reported delivered: "rank R: id, id; ...".
   std::string undelivered_groups() const;
   std::uint64_t next_seed() const { return cursor_seed_; }
@@ -166,6 +168,7 @@ class TaskCoordinator {
   std::deque<std::pair<int, int>> pending_;                                 // (actor rank, free slots)
   std::map<int, std::map<std::uint64_t, rollout::TaskGroup>> undelivered_;  // actor rank -> its groups in flight
   std::set<int> lost_actors_;
+  std::set<int> done_sending_;                    // actors whose last message (WorkRequest::done_sending) came
   std::set<std::uint64_t> recorded_evaluations_;  // evaluation groups whose result arrived
   Phase phase_ = Phase::EvalBefore;
   std::deque<rollout::TaskGroup> eval_queue_;

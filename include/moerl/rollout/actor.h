@@ -129,6 +129,8 @@ class Actor {
   };
 
   void request_work();
+  // After the last episode: tells learner 0 that nothing more will come from this actor.
+  void report_done_sending();
   void take_assignment(const TaskAssignment& assignment);
   void start_waiting_groups();
   void on_env_reply(const env::EnvReply& reply);

@@ -30,6 +30,9 @@ struct WorkRequest {
   // Groups whose every episode (or failure record) the actor has sent since
   // its last request: learner 0 stops counting them as the actor's if it is lost.
   std::vector<std::uint64_t> delivered;
+  // The actor's last word after `finished`: every episode it will ever send
+  // was sent before this message (free_slots is 0, nothing is asked).
+  bool done_sending = false;
   void encode(runtime::ByteWriter& w) const;
   static WorkRequest decode(runtime::ByteReader& r);
 };
