@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "commands.h"
+#include "moerl/core/usable_cores.h"
 #include "moerl/config/config.h"
 #include "moerl/app/roles.h"
 #include "moerl/setup/config_loading.h"
@@ -13,7 +14,7 @@ namespace moerl::app {
 int run_pretrain(const PretrainOptions& options) {
   try {
     const config::Config config = setup::load_config_file(options.config_path, options.overrides);
-    set_compute_threads(options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency()));
+    set_compute_threads(options.threads > 0 ? options.threads : usable_cores());
     return run_pretrain_command(config);
   } catch (const config::ConfigError& error) {
     std::cerr << error.what() << "\n";

@@ -184,7 +184,8 @@ SectionSpec cluster_section() {
           "which takes its place in the weight-sync group and in the task queue.")
       .at_least(0);
   b.field("threads_per_rank", &ClusterSection::threads_per_rank,
-          "Compute threads per rank; 0 = cores on this host / ranks on this host.")
+          "Compute threads per rank; 0 = the cores this process may use (affinity mask, cgroup CPU "
+          "quota of a container) / ranks on this host.")
       .between(0, 1024);
   b.field("message_timeout_s", &ClusterSection::message_timeout_s,
           "Longest wait for an expected message before the job stops with an error naming the "

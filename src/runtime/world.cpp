@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "moerl/core/usable_cores.h"
 #include "moerl/core/check.h"
 #include "moerl/runtime/compute_device.h"
 #include "moerl/runtime/placement.h"
@@ -46,7 +47,7 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
   hostname_ = machine_hostname();
   placement_host_ = placement_host_name();
   compute_threads_ = choose_compute_threads(config.cluster.threads_per_rank, std::getenv("MOERL_THREADS_PER_RANK"),
-                                            static_cast<int>(std::thread::hardware_concurrency()), ranks_on_host_);
+                                            usable_cores(), ranks_on_host_);
 }
 
 World::~World() {
