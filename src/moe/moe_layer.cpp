@@ -99,15 +99,18 @@ torch::Tensor SwiGluImpl::forward(const torch::Tensor& x) {
   return lin(down_proj, torch::silu(lin(gate_proj, x)) * lin(up_proj, x));
 }
 
-MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe)
-    : moe_(moe), routing_(moe), d_model_(model.d_model) {
+MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe,
+                                       std::shared_ptr<ExpertExchange> expert_group)
+    : moe_(moe), routing_(moe), expert_group_(std::move(expert_group)), d_model_(model.d_model) {
   TORCH_CHECK(moe.num_experts >= 1 && moe.top_k >= 1 && moe.top_k <= moe.num_experts, "moe: need 1 <= top_k (",
               moe.top_k, ") <= num_experts (", moe.num_experts, ")");
   TORCH_CHECK(moe.d_expert >= 1 && model.d_model >= 1, "moe: d_expert and d_model must be >= 1");
   TORCH_CHECK(moe.block_size >= 1, "moe: block_size must be >= 1, got ", moe.block_size);
+  shard_ = expert_group_ ? moe::expert_shard(moe.num_experts, expert_group_->rank(), expert_group_->size())
+                         : ExpertShard{0, moe.num_experts};
   gate =
       register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(model.d_model, moe.num_experts).bias(false)));
-  experts = register_module("experts", MoeExperts(moe.num_experts, model.d_model, moe.d_expert));
+  experts = register_module("experts", MoeExperts(shard_.count, model.d_model, moe.d_expert));
   if (moe.shared_experts > 0) {
     const std::int64_t d_shared = moe.d_shared_expert > 0 ? moe.d_shared_expert : moe.shared_experts * moe.d_expert;
     shared_expert = register_module("shared_expert", SwiGlu(model.d_model, d_shared));
@@ -119,9 +122,20 @@ MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model, const 
   torch::NoGradGuard no_grad;
   const double std_in = model.init_std, std_out = down_std(model);
   gate->weight.normal_(0, std_in);
-  experts->gate_proj.normal_(0, std_in);
-  experts->up_proj.normal_(0, std_in);
-  experts->down_proj.normal_(0, std_out);
+  // Every member draws the whole layer's experts and keeps its slice: the
+  // random stream, and so the model, do not depend on the expert group.
+  auto init_experts = [&](torch::Tensor& local, double std) {
+    if (shard_.count == moe.num_experts) {
+      local.normal_(0, std);
+      return;
+    }
+    auto sizes = local.sizes().vec();
+    sizes[0] = moe.num_experts;
+    local.copy_(torch::empty(sizes, local.options()).normal_(0, std).narrow(0, shard_.first, shard_.count));
+  };
+  init_experts(experts->gate_proj, std_in);
+  init_experts(experts->up_proj, std_in);
+  init_experts(experts->down_proj, std_out);
   if (shared_expert) {
     shared_expert->gate_proj->weight.normal_(0, std_in);
     shared_expert->up_proj->weight.normal_(0, std_in);
@@ -163,11 +177,16 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Te
   const auto rt = at_least_float(dt);
   auto logits = F::linear(as_dtype(x, rt), as_dtype(gate->weight, rt));  // [T,E]
   RouteResult r = route(logits, routing_, forced_experts);
-  RoutePlan plan =
-      make_route_plan(r.expert_indices, moe_.num_experts, expert_capacity(routing_, tokens), moe_.block_size);
+  // With an expert group the rows leave in one piece per member: no padding
+  // between experts here, the receiving member pads its own (block_size).
+  RoutePlan plan = make_route_plan(r.expert_indices, moe_.num_experts, expert_capacity(routing_, tokens),
+                                   expert_group_ ? 1 : moe_.block_size);
   auto rows = dispatch(x, plan);  // [R, d_model]
-  auto expert_out = grouped_swiglu(rows, as_dtype(experts->gate_proj, dt), as_dtype(experts->up_proj, dt),
-                                   as_dtype(experts->down_proj, dt), plan);  // [R, d_model]
+  const auto w_gate = as_dtype(experts->gate_proj, dt), w_up = as_dtype(experts->up_proj, dt),
+             w_down = as_dtype(experts->down_proj, dt);
+  auto expert_out = expert_group_
+                        ? expert_parallel_swiglu(rows, plan, w_gate, w_up, w_down, *expert_group_, moe_.block_size)
+                        : grouped_swiglu(rows, w_gate, w_up, w_down, plan);  // [R, d_model]
   MoeOutput out;
   // Gates stay float32 for bf16 rows (combine accumulates in float).
   out.hidden = combine(expert_out, r.gates, plan);  // [T, d_model]
@@ -189,6 +208,7 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Te
 MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& x_in,
                                 const torch::Tensor& forced_experts) {
   namespace F = torch::nn::functional;
+  TORCH_CHECK(!layer.expert_group(), "moe: the per-expert reference needs a layer that holds all its experts");
   config::MoeSection moe = layer.moe_config();
   moe.top_k = layer.active_experts();  // route as the layer does now
   check_input(x_in, layer.gate->weight.size(1));

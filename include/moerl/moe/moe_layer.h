@@ -43,9 +43,12 @@
 // not consult the autocast state, so the caller picks the activations' dtype.
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "moerl/config/sections.h"
+#include "moerl/moe/expert_exchange.h"
+#include "moerl/moe/expert_parallel.h"
 
 namespace moerl::moe {
 
@@ -88,12 +91,21 @@ TORCH_MODULE(SwiGlu);
 
 class MoeFeedForwardImpl : public torch::nn::Module {
  public:
-  MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe);
+  // expert_group: null for a layer that holds all its experts; else the
+  // members this layer's routed experts are split over (moe/expert_parallel.h):
+  // `experts` then holds this member's E/P of them, initialised as the same
+  // slice of a whole layer built with the same seed, so that a job gives the
+  // same model whatever its expert-parallel size.
+  MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe,
+                     std::shared_ptr<ExpertExchange> expert_group = nullptr);
   // x: [T, d_model] (dtype rule above); forced_experts: undefined, or
   // [T, active_experts()] int64 (routing replay)
   MoeOutput forward(const torch::Tensor& x, const torch::Tensor& forced_experts = torch::Tensor());
 
   const config::MoeSection& moe_config() const { return moe_; }
+  // The routed experts this layer holds: all of them without an expert group.
+  ExpertShard expert_shard() const { return shard_; }
+  ExpertExchange* expert_group() const { return expert_group_.get(); }
 
   // Experts each token is routed to from now on: 0 = moe.top_k (what the
   // layer is trained with), else 1..num_experts. An inference-time choice
@@ -119,6 +131,8 @@ class MoeFeedForwardImpl : public torch::nn::Module {
  private:
   config::MoeSection moe_;
   config::MoeSection routing_;  // moe_ with top_k = the active experts (set_active_experts)
+  std::shared_ptr<ExpertExchange> expert_group_;
+  ExpertShard shard_;
   std::int64_t d_model_ = 0;
   bool collect_stats_ = true;
 };
@@ -130,7 +144,7 @@ TORCH_MODULE(MoeFeedForward);
 // ModuleList of Linear layers) and one in-place index_add_. Obviously right;
 // the tests compare against it and the benchmark uses it as the baseline.
 // Capacity drops the same assignments (the first `capacity` per expert in
-// token order are kept).
+// token order are kept). Only for a layer that holds all its experts.
 MoeOutput reference_moe_forward(MoeFeedForwardImpl& layer, const torch::Tensor& x,
                                 const torch::Tensor& forced_experts = torch::Tensor());
 
