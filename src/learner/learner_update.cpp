@@ -9,6 +9,7 @@
 #include "moerl/algo/token_batch.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/learner.h"
+#include "moerl/learner/gradient_averaging.h"
 #include "moerl/learner/ppo_targets.h"
 #include "moerl/storage/checksum.h"
 #include "moerl/sync/module_weights.h"
@@ -71,34 +72,10 @@ std::vector<torch::Tensor> Learner::trainable_parameters() const {
 }
 
 void Learner::allreduce_gradients() {
-  // One flat buffer of every gradient (zeros where a parameter got none, e.g.
-  // an expert no token reached), averaged over the learners in one all-reduce.
-  if (learners_ == 1) return;
-  std::vector<torch::Tensor> pieces;
-  for (auto& p : trainable_parameters())
-    pieces.push_back(p.grad().defined() ? p.grad().reshape({-1}) : torch::zeros({p.numel()}, p.options()));
-  torch::Tensor flat = torch::cat(pieces).contiguous();
-  comm::Communicator& comm = gradient_comm_ ? *gradient_comm_ : learner_comm_;
-  // NCCL reduces device memory in place; MPI needs the gradients on the host
-  // (learners that share a GPU, comm/group_backend.h).
-  const bool via_host = comm.backend() != "nccl" && !flat.is_cpu();
-  torch::Tensor buffer = via_host ? flat.to(torch::kCPU) : flat;
-  auto request =
-      comm.allreduce_sum_async(buffer.data_ptr(), static_cast<size_t>(buffer.numel()), comm::DataType::Float32);
-  // The receiving threads keep taking episodes meanwhile; this wait has the message deadline.
-  request->wait(settings_.message_timeout_s);
-  if (via_host) flat.copy_(buffer);
-  flat.div_(static_cast<double>(learners_));
-  std::int64_t at = 0;
-  for (auto& p : trainable_parameters()) {
-    torch::Tensor slice = flat.narrow(0, at, p.numel()).view_as(p);
-    if (p.grad().defined()) {
-      p.mutable_grad().copy_(slice);
-    } else {
-      p.mutable_grad() = slice.clone();
-    }
-    at += p.numel();
-  }
+  GradientGroups groups;
+  groups.learners = gradient_comm_ ? gradient_comm_ : &learner_comm_;
+  groups.timeout_s = settings_.message_timeout_s;
+  average_gradients(trainable_parameters(), {}, groups);
 }
 
 // Episode-level inputs of the loss: rewards (with the overlong penalty),

@@ -37,13 +37,14 @@ bool is_moe_layer(const config::ModelSection& model, const config::MoeSection& m
   return (layer + 1) % std::max<std::int64_t>(moe.sparse_step, 1) == 0;
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t index)
+DecoderLayerImpl::DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t index,
+                                   std::shared_ptr<moe::ExpertExchange> expert_group)
     : layer_index(index) {
   input_layernorm = register_module("input_layernorm", RMSNorm(model.d_model, model.norm_eps));
   self_attn = register_module("self_attn", Attention(model));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(model.d_model, model.norm_eps));
   if (is_moe_layer(model, moe, index)) {
-    moe_mlp = register_module("mlp", moe::MoeFeedForward(model, moe));
+    moe_mlp = register_module("mlp", moe::MoeFeedForward(model, moe, std::move(expert_group)));
   } else {
     dense_mlp = register_module("mlp", SwiGluFeedForward(model.d_model, model.d_ff));
   }
@@ -66,7 +67,28 @@ DecoderLayerOutput DecoderLayerImpl::forward(const torch::Tensor& x, const Atten
 
 // ---------------------------------------------------------------- policy
 
-PolicyImpl::PolicyImpl(const config::ModelSection& model, const config::MoeSection& moe) : model_(model), moe_(moe) {
+namespace {
+
+// The MoE layer whose split routed experts the parameter `name`
+// ("layers.L.mlp.experts.*") is, or null (any other parameter, or a layer
+// that holds all its experts).
+const moe::MoeFeedForwardImpl* split_layer_of_experts(const std::vector<DecoderLayer>& layers,
+                                                      const std::string& name) {
+  const std::string prefix = "layers.";
+  const auto dot = name.find('.', prefix.size());
+  if (name.rfind(prefix, 0) != 0 || dot == std::string::npos) return nullptr;
+  if (name.compare(dot, 13, ".mlp.experts.") != 0) return nullptr;
+  const auto index = static_cast<size_t>(std::stoll(name.substr(prefix.size(), dot - prefix.size())));
+  if (index >= layers.size() || !layers[index]->is_moe()) return nullptr;
+  const moe::MoeFeedForwardImpl& layer = *layers[index]->moe_mlp;
+  return layer.expert_group() != nullptr ? &layer : nullptr;
+}
+
+}  // namespace
+
+PolicyImpl::PolicyImpl(const config::ModelSection& model, const config::MoeSection& moe,
+                       std::shared_ptr<moe::ExpertExchange> expert_group)
+    : model_(model), moe_(moe) {
   MOERL_CHECK(model.vocab_size > 0 && model.d_model > 0 && model.num_layers > 0,
               "model.vocab_size, model.d_model and model.num_layers must be positive");
   MOERL_CHECK(model.max_seq_len > 0, "model.max_seq_len must be positive");
@@ -80,7 +102,7 @@ PolicyImpl::PolicyImpl(const config::ModelSection& model, const config::MoeSecti
                                  torch::nn::Embedding(torch::nn::EmbeddingOptions(model.vocab_size, model.d_model)));
   layers = register_module("layers", torch::nn::ModuleList());
   for (std::int64_t l = 0; l < model.num_layers; ++l) {
-    DecoderLayer layer(model, moe, l);
+    DecoderLayer layer(model, moe, l, expert_group);
     layers->push_back(layer);
     decoder_layers.push_back(layer);
     if (layer->is_moe()) moe_layers_.push_back(l);
@@ -114,8 +136,33 @@ void PolicyImpl::reset_parameters() {
     // scaling keeps the stream's variance from growing with depth.
     const bool residual_output =
         ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight") || ends_with(name, "down_proj");
-    p.normal_(0.0, residual_output ? residual_std : std_dev);
+    const double std = residual_output ? residual_std : std_dev;
+    const moe::MoeFeedForwardImpl* split = split_layer_of_experts(decoder_layers, name);
+    if (split == nullptr) {
+      p.normal_(0.0, std);
+      continue;
+    }
+    // A split layer's experts: draw every expert, keep this member's, so the
+    // random stream (and the policy) is that of the whole model.
+    const moe::ExpertShard shard = split->expert_shard();
+    auto sizes = p.sizes().vec();
+    sizes[0] = moe_.num_experts;
+    p.copy_(torch::empty(sizes, p.options()).normal_(0.0, std).narrow(0, shard.first, shard.count));
   }
+}
+
+std::vector<torch::Tensor> PolicyImpl::split_expert_parameters() const {
+  std::vector<torch::Tensor> split;
+  for (const auto& item : named_parameters(/*recurse=*/true))
+    if (split_layer_of_experts(decoder_layers, item.key()) != nullptr) split.push_back(item.value());
+  return split;
+}
+
+std::vector<torch::Tensor> PolicyImpl::replicated_parameters() const {
+  std::vector<torch::Tensor> replicated;
+  for (const auto& item : named_parameters(/*recurse=*/true))
+    if (split_layer_of_experts(decoder_layers, item.key()) == nullptr) replicated.push_back(item.value());
+  return replicated;
 }
 
 void PolicyImpl::set_active_experts(std::int64_t k) {

@@ -88,7 +88,9 @@ struct DecoderLayerOutput {
 
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t layer_index);
+  // expert_group: null, or the members its routed experts are split over (moe_layer.h)
+  DecoderLayerImpl(const config::ModelSection& model, const config::MoeSection& moe, std::int64_t layer_index,
+                   std::shared_ptr<moe::ExpertExchange> expert_group = nullptr);
 
   // x: [T, d_model]; forced_experts: undefined or [T, top_k] (MoE layers only).
   DecoderLayerOutput forward(const torch::Tensor& x, const AttentionBatch& batch, KVCache* cache,
@@ -107,7 +109,13 @@ TORCH_MODULE(DecoderLayer);
 
 class PolicyImpl : public torch::nn::Module {
  public:
-  PolicyImpl(const config::ModelSection& model, const config::MoeSection& moe);
+  // expert_group: null for a policy that holds every expert; else every MoE
+  // layer splits its routed experts over the group's members
+  // (moe/expert_parallel.h), and every member must run each forward and
+  // backward with the others. The weights are those of a whole policy built
+  // with the same seed, sliced (reset_parameters draws every expert).
+  PolicyImpl(const config::ModelSection& model, const config::MoeSection& moe,
+             std::shared_ptr<moe::ExpertExchange> expert_group = nullptr);
 
   // Full forward without a cache (learner, evaluation). tokens: [B, S]
   // int64, right-padded; lengths: [B] int64 real tokens per row (each
@@ -143,6 +151,12 @@ class PolicyImpl : public torch::nn::Module {
   // projections (o_proj, down_proj of dense, shared and routed experts)
   // scaled by 1/sqrt(2 * num_layers); norms = 1.
   void reset_parameters();
+
+  // With an expert group: the parameters that are this member's share of
+  // split experts, and all the others (replicated on every member), each in
+  // parameters() order. Without one, every parameter is replicated.
+  std::vector<torch::Tensor> split_expert_parameters() const;
+  std::vector<torch::Tensor> replicated_parameters() const;
 
   // Experts per token every MoE layer routes to from now on: 0 = moe.top_k
   // (the trained routing), else 1..moe.num_experts. Actors set it on their

@@ -1,0 +1,162 @@
+// Training with expert parallelism against training without it: every rank
+// is a data-parallel learner with its own batches; the whole policies average
+// all gradients over the learners, the split ones (expert groups of P
+// consecutive ranks) average replicated parameters over every learner and
+// expert shares over their replicas (learner/gradient_averaging.h). After 10
+// AdamW steps each split policy must hold the whole policy's parameters: the
+// replicated ones entirely, the experts as its slice. In double precision, so
+// that a tight tolerance catches any misplaced contribution.
+
+#include <mpi.h>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "moerl/comm/communicator_expert_exchange.h"
+#include "moerl/comm/mpi_communicator.h"
+#include "moerl/learner/gradient_averaging.h"
+#include "moerl/model/policy.h"
+
+// Last: LibTorch's headers bring glog's CHECK, which must not replace Catch's.
+#undef CHECK
+#include <catch2/catch.hpp>
+
+using namespace moerl;
+
+namespace {
+
+config::ModelSection small_model() {
+  config::ModelSection m;
+  m.vocab_size = 40;
+  m.d_model = 24;
+  m.num_layers = 3;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.d_ff = 32;
+  m.max_seq_len = 64;
+  m.init_std = 0.2;
+  return m;
+}
+
+config::MoeSection small_moe() {
+  config::MoeSection s;
+  s.enabled = true;
+  s.num_experts = 8;
+  s.top_k = 2;
+  s.d_expert = 16;
+  s.first_dense_layers = 1;  // layer 0 dense, layers 1 and 2 MoE
+  s.shared_experts = 1;
+  s.block_size = 2;
+  s.aux_loss_weight = 0.02;
+  return s;
+}
+
+// One MPI communicator split off MPI_COMM_WORLD, freed with the object.
+struct SplitComm {
+  SplitComm(int color, int key, const std::string& name) {
+    MPI_Comm_split(MPI_COMM_WORLD, color, key, &handle);
+    comm = std::make_unique<comm::MpiCommunicator>(handle, name);
+  }
+  ~SplitComm() {
+    comm.reset();
+    MPI_Comm_free(&handle);
+  }
+  MPI_Comm handle = MPI_COMM_NULL;
+  std::unique_ptr<comm::MpiCommunicator> comm;
+};
+
+struct Batch {
+  torch::Tensor tokens, lengths, probe;
+};
+
+// This rank's batch of a step: right-padded random tokens, and a fixed random
+// probe the loss weighs the logits with.
+Batch batch_of(int rank, int step, std::int64_t vocab) {
+  torch::manual_seed(1000 * rank + step);
+  Batch b;
+  b.lengths = torch::randint(4, 11, {3}, torch::kInt64);
+  b.lengths[0] = 10;  // the policy takes S = the longest row
+  b.tokens = torch::randint(0, vocab, {3, 10}, torch::kInt64);
+  b.probe = torch::randn({b.lengths.sum().item<std::int64_t>(), vocab}, torch::kDouble);
+  return b;
+}
+
+torch::Tensor step_loss(model::PolicyImpl& policy, const Batch& b) {
+  const model::PolicyOutput out = policy.forward(b.tokens, b.lengths);
+  return (torch::log_softmax(out.logits, -1) * b.probe).sum() / 50.0 + out.aux_loss;
+}
+
+void train_and_compare(int expert_parallel) {
+  int rank = 0, ranks = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  REQUIRE(ranks % expert_parallel == 0);
+  comm::MpiCommunicator learners(MPI_COMM_WORLD, "learners");
+  SplitComm expert_group(rank / expert_parallel, rank, "expert group");
+  SplitComm replicas(rank % expert_parallel, rank, "expert replicas");
+  auto exchange = std::make_shared<comm::CommunicatorExpertExchange>(*expert_group.comm, 30);
+
+  const auto model = small_model();
+  const auto moe = small_moe();
+  torch::manual_seed(11);
+  model::Policy whole(model, moe);
+  torch::manual_seed(11);
+  model::Policy split(model, moe, exchange);
+  whole->to(torch::kDouble);
+  split->to(torch::kDouble);
+  REQUIRE(split->split_expert_parameters().size() == 6);  // 3 tensors in each of 2 MoE layers
+  const auto options = torch::optim::AdamWOptions(1e-2).weight_decay(0.01);
+  torch::optim::AdamW whole_optimizer(whole->parameters(), options);
+  torch::optim::AdamW split_optimizer(split->parameters(), options);
+  learner::GradientGroups all_replicated{&learners, nullptr, 30};
+  learner::GradientGroups with_experts{&learners, replicas.comm.get(), 30};
+
+  for (int step = 0; step < 10; ++step) {
+    const Batch b = batch_of(rank, step, model.vocab_size);
+    whole_optimizer.zero_grad();
+    split_optimizer.zero_grad();
+    step_loss(*whole, b).backward();
+    step_loss(*split, b).backward();
+    learner::average_gradients(whole->parameters(), {}, all_replicated);
+    learner::average_gradients(split->replicated_parameters(), split->split_expert_parameters(), with_experts);
+    whole_optimizer.step();
+    split_optimizer.step();
+  }
+
+  const auto whole_params = whole->named_parameters();
+  const auto member = rank % expert_parallel;
+  int compared_experts = 0;
+  for (const auto& item : split->named_parameters()) {
+    torch::Tensor want = whole_params[item.key()];
+    if (item.key().find(".mlp.experts.") != std::string::npos) {
+      const std::int64_t share = moe.num_experts / expert_parallel;
+      want = want.narrow(0, member * share, share);
+      ++compared_experts;
+    }
+    INFO("rank " << rank << " of " << ranks << ", expert-parallel size " << expert_parallel << ": " << item.key());
+    REQUIRE(item.value().sizes() == want.sizes());
+    const double diff = (item.value() - want).abs().max().item<double>();
+    CHECK(diff < 1e-9);
+  }
+  CHECK(compared_experts == 6);
+  // And training moved the experts: parameters still at their initial values would prove nothing.
+  torch::manual_seed(11);
+  model::Policy initial(model, moe);
+  initial->to(torch::kDouble);
+  const auto initial_params = initial->named_parameters();
+  for (const auto& item : whole_params)
+    if (item.key().find(".mlp.experts.") != std::string::npos)
+      CHECK((item.value() - initial_params[item.key()]).abs().max().item<double>() > 1e-3);
+}
+
+}  // namespace
+
+TEST_CASE("10 steps with split experts end with the parameters of 10 steps without", "[expert_parallel_training]") {
+  int ranks = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  SECTION("one expert group of every rank") { train_and_compare(ranks); }
+  if (ranks >= 4) {
+    SECTION("expert groups of two, with replicas") { train_and_compare(2); }
+  }
+}
