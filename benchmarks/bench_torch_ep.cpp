@@ -201,7 +201,8 @@ std::int64_t tokens_argument(const std::vector<std::string>& args) {
     if (args[i] == "--tokens" && i + 1 < args.size()) {
       tokens = whole_number(args[++i], kWho, "--tokens");
     } else {
-      throw Error(std::string(kWho) + ": unknown argument '" + args[i] + "' (usage: moerl bench ep [--quick] [--tokens N])");
+      throw Error(std::string(kWho) + ": unknown argument '" + args[i] +
+                  "' (usage: moerl bench ep [--quick] [--tokens N])");
     }
   }
   return tokens;
