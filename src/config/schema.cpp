@@ -467,6 +467,11 @@ SectionSpec optim_section() {
   b.field("total_steps", &OptimSection::total_steps, "Learner steps of the run.").at_least(1);
   b.field("cosine", &OptimSection::cosine, "Cosine decay to 10% of lr after warm-up.");
   b.field("grad_accumulation", &OptimSection::grad_accumulation, "Micro-batches per optimizer step.").at_least(1);
+  b.field("gradient_bucket_mb", &OptimSection::gradient_bucket_mb,
+          "With several learners: the gradients' all-reduce runs in buckets of this many MiB, each started "
+          "during the backward once its gradients are computed (learner/overlapped_gradients.h); 0 = one "
+          "all-reduce after the backward. Float32 runs only: a bfloat16 run reduces after the backward.")
+      .at_least(0);
   return spec;
 }
 

@@ -15,6 +15,7 @@
 #include "moerl/config/config.h"
 #include "moerl/core/check.h"
 #include "moerl/learner/checkpointing.h"
+#include "moerl/learner/overlapped_gradients.h"
 #include "moerl/model/precision.h"
 #include "moerl/runtime/end_of_job.h"
 #include "moerl/runtime/fault_plan.h"

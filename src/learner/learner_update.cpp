@@ -10,6 +10,7 @@
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/learner.h"
 #include "moerl/learner/gradient_averaging.h"
+#include "moerl/learner/overlapped_gradients.h"
 #include "moerl/learner/ppo_targets.h"
 #include "moerl/storage/checksum.h"
 #include "moerl/sync/module_weights.h"
@@ -71,7 +72,27 @@ std::vector<torch::Tensor> Learner::trainable_parameters() const {
   return parameters;
 }
 
+void Learner::use_gradient_communicator(comm::Communicator& comm) {
+  gradient_comm_ = &comm;
+  overlapped_.reset();
+  // A bfloat16 run computes its gradients on the compute copy and adds them
+  // to the master weights after the backward: nothing to overlap there.
+  if (learners_ > 1 && !mixed_ && settings_.optim.gradient_bucket_mb > 0) {
+    const auto bucket_bytes = static_cast<std::size_t>(settings_.optim.gradient_bucket_mb * 1024 * 1024);
+    overlapped_ = std::make_unique<OverlappedGradients>(
+        trainable_parameters(), comm, learners_, settings_.message_timeout_s, std::max<std::size_t>(bucket_bytes, 1));
+  }
+}
+
 void Learner::allreduce_gradients() {
+  if (overlapped_) {
+    // Armed before the last backward; a learner without data arms here.
+    if (!overlapped_->armed()) overlapped_->arm();
+    const OverlapStats stats = overlapped_->finish();
+    telemetry::metrics().record("learner.gradient_wait_s", stats.finish_wait_s);
+    telemetry::metrics().set("learner.gradient_buckets_in_backward", stats.started_in_backward);
+    return;
+  }
   GradientGroups groups;
   groups.learners = gradient_comm_ ? gradient_comm_ : &learner_comm_;
   groups.timeout_s = settings_.message_timeout_s;
@@ -222,6 +243,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
     const std::int64_t chunks = std::min<std::int64_t>(settings_.optim.grad_accumulation, n);
     const algo::PolicyLossOptions options = loss_options(settings_.algo, settings_.rollout.max_tokens_per_episode);
     double total_counted = 0;
+    std::vector<double> chunk_counted;  // tokens each micro-batch's loss counts
     std::vector<EpisodeBatch> batches;
     std::vector<std::pair<std::int64_t, std::int64_t>> ranges;
     for (std::int64_t c = 0; c < chunks; ++c) {
@@ -230,11 +252,17 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       batches.push_back(make_episode_batch(part, replay));
       ranges.emplace_back(begin, end);
       const EpisodeBatch& b = batches.back();
-      total_counted +=
+      chunk_counted.push_back(
           (b.loss_mask * algo::broadcast_to_tokens(targets.kept.narrow(0, begin, end - begin), b.sequence_index))
               .sum()
-              .item<double>();
+              .item<double>());
+      total_counted += chunk_counted.back();
     }
+    // The last micro-batch with a backward: its gradients are the step's
+    // last, and the overlapped all-reduce listens to that backward alone.
+    std::int64_t last_backward = -1;
+    for (std::int64_t c = 0; c < chunks; ++c)
+      if (chunk_counted[static_cast<size_t>(c)] > 0) last_backward = c;
     local_tokens = total_counted;
     {
       // The step's token counts, staleness and router check cover every
@@ -300,6 +328,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       torch::Tensor loss = result.loss * share;
       if (value_loss.defined()) loss = loss + settings_.algo.value_coef * share * value_loss;
       if (out.aux_loss.defined()) loss = loss + out.aux_loss / static_cast<double>(chunks);
+      if (overlapped_ && c == last_backward) overlapped_->arm();
       loss.backward();
       if (mixed_) mixed_->accumulate_gradients();  // into the float32 master gradients
       st.loss += result.policy_loss * share;

@@ -100,4 +100,16 @@ train split2 4 4 --set cluster.learners=2 --set cluster.actors=1 --resume auto
 same "$WORK/runs/straight2/checkpoints:4" "$WORK/runs/split2/checkpoints:4" "2 learners: straight equals resumed"
 out=$("$MOERL" checkpoint diff "$WORK/runs/straight2/checkpoints:4" "$WORK/runs/split2/checkpoints:4" 2>&1)
 echo "$out" | grep -qE "optimizer [0-9]+, rng 2, state 1;" || fail "2 learners: both RNG states compared: $out"
+
+# The gradient all-reduce in small buckets overlapping the backward, and in
+# one piece after it: with two learners each sum is a + b either way, so the
+# weights are bitwise those of the default run.
+train flat2 4 4 --set cluster.learners=2 --set cluster.actors=1 --set optim.gradient_bucket_mb=0
+train buckets2 4 4 --set cluster.learners=2 --set cluster.actors=1 --set optim.gradient_bucket_mb=0.004
+same "$WORK/runs/straight2/checkpoints:4" "$WORK/runs/flat2/checkpoints:4" "2 learners: default buckets equal one all-reduce"
+same "$WORK/runs/buckets2/checkpoints:4" "$WORK/runs/flat2/checkpoints:4" "2 learners: small buckets equal one all-reduce"
+grep -qE '"learner.gradient_buckets_in_backward":([2-9]|[1-9][0-9]+)[,}]' "$WORK/runs/buckets2/metrics.jsonl" ||
+  fail "small buckets: no step started more than one all-reduce during the backward"
+grep -q "gradient_buckets_in_backward" "$WORK/runs/flat2/metrics.jsonl" &&
+  fail "gradient_bucket_mb = 0 still ran the overlapped all-reduce"
 finish

@@ -252,6 +252,7 @@ struct OptimSection {
   std::int64_t total_steps = 100;  // RL steps of a run
   bool cosine = false;             // cosine decay to 10% after warm-up
   std::int64_t grad_accumulation = 1;
+  double gradient_bucket_mb = 4.0;  // learners' all-reduce buckets overlapping the backward; 0 = one after it
 };
 
 // [sync]: weight publication from learner 0 to the actors.

@@ -55,6 +55,8 @@ struct Config;
 
 namespace moerl::learner {
 
+class OverlappedGradients;
+
 // What a learner takes from the run configuration, its parts' settings included.
 struct LearnerSettings {
   config::ModelSection model;  // with moe: the bf16 compute copy and the KL reference
@@ -133,7 +135,9 @@ class Learner {
 
   // The group the gradient all-reduce runs on, when not learner_comm (NCCL
   // between learners on GPUs of their own; comm/group_backend.h). Set before run().
-  void use_gradient_communicator(comm::Communicator& comm) { gradient_comm_ = &comm; }
+  // It carries nothing else, so the all-reduce can overlap the backward
+  // ([optim] gradient_bucket_mb, learner/overlapped_gradients.h).
+  void use_gradient_communicator(comm::Communicator& comm);
 
   // Called with every step's statistics, after the step (tests, benchmarks).
   void set_step_observer(std::function<void(const StepStats&)> observer) { step_observer_ = std::move(observer); }
@@ -207,7 +211,8 @@ class Learner {
   model::Policy reference_{nullptr};       // frozen starting weights in the compute dtype, when [algo] kl is not "none"
   ValueHead value_head_{nullptr};          // PPO's critic; null for the group-relative estimators
   comm::Communicator& learner_comm_;
-  comm::Communicator* gradient_comm_ = nullptr;  // the gradient all-reduce's group; null: learner_comm_
+  comm::Communicator* gradient_comm_ = nullptr;      // the gradient all-reduce's group; null: learner_comm_
+  std::unique_ptr<OverlappedGradients> overlapped_;  // buckets on gradient_comm_ during the backward; null: flat
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<sync::HostWeights> host_weights_;  // learner 0: the float32 host bytes it publishes
   std::unique_ptr<sync::WeightPublisher> publisher_;

@@ -59,6 +59,7 @@ class OverlappedGradients {
   OverlapStats finish();
 
   int bucket_count() const { return static_cast<int>(buckets_.size()); }
+  bool armed() const { return armed_; }
 
  private:
   struct Bucket;
