@@ -21,21 +21,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_args.h"
+#include "bench_mpi.h"
 #include "moerl/bench/registry.h"
 #include "moerl/bench/timing.h"
 #include "moerl/comm/communicator_expert_exchange.h"
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/core/error.h"
-#include "moerl/core/usable_cores.h"
 #include "moerl/moe/moe_layer.h"
 #include "moerl/runtime/mpi_session.h"
-#include "moerl/runtime/world.h"
 
 namespace moerl::bench {
 namespace {
@@ -69,33 +67,6 @@ moe::MoeFeedForward make_layer(const EpShape& shape, std::shared_ptr<moe::Expert
   moe.d_expert = shape.d_expert;
   torch::manual_seed(1);
   return moe::MoeFeedForward(model, moe, std::move(group));
-}
-
-double max_over_ranks(double value) {
-  double max = 0;
-  MPI_Allreduce(&value, &max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return max;
-}
-
-double mean_over_ranks(double value) {
-  double sum = 0;
-  int ranks = 1;
-  MPI_Allreduce(&value, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  return sum / ranks;
-}
-
-// The rule the jobs use (runtime/world.h): --threads, else
-// MOERL_THREADS_PER_RANK (launch.sh sets 1 when ranks outnumber cores), else
-// this process's cores shared among the ranks on its host.
-int compute_threads(int requested) {
-  if (requested > 0) return requested;
-  MPI_Comm host = MPI_COMM_NULL;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
-  int ranks_on_host = 1;
-  MPI_Comm_size(host, &ranks_on_host);
-  MPI_Comm_free(&host);
-  return runtime::choose_compute_threads(0, std::getenv("MOERL_THREADS_PER_RANK"), usable_cores(), ranks_on_host);
 }
 
 double expert_bytes(moe::MoeFeedForwardImpl& layer) {
