@@ -70,6 +70,12 @@ std::string openblas_library() {
 }
 
 int openblas_threads() {
+  // An OpenMP build (openblas_get_parallel() == 2, Debian's default
+  // variant) runs each call on the calling thread's OpenMP team, which
+  // at::set_num_threads sizes; its own count is only what it found at start-up.
+  auto parallel = openblas_entry<int (*)()>("openblas_get_parallel");
+  auto omp_threads = openblas_entry<int (*)()>("omp_get_max_threads");
+  if (parallel && parallel() == 2 && omp_threads) return omp_threads();
   auto threads = openblas_entry<int (*)()>("openblas_get_num_threads");
   return threads ? threads() : 0;
 }

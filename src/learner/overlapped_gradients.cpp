@@ -31,6 +31,8 @@ struct OverlappedGradients::Bucket {
 OverlappedGradients::OverlappedGradients(std::vector<torch::Tensor> parameters, comm::Communicator& group,
                                          double learners, double timeout_s, std::size_t bucket_bytes)
     : parameters_(std::move(parameters)), group_(group), learners_(learners), timeout_s_(timeout_s) {
+  // One learner alone: its gradients are already their own average.
+  if (group_.size() == 1 && learners_ == 1) return;
   slots_.resize(parameters_.size());
   // Reverse order: the backward reaches the last parameters first.
   std::vector<std::vector<size_t>> groups;
@@ -75,7 +77,7 @@ OverlappedGradients::~OverlappedGradients() {
 }
 
 void OverlappedGradients::arm() {
-  for (auto& slot : slots_) slot.filled = false;
+  for (auto& slot : slots_) slot.filled = false;  // none when alone: nothing to do
   for (auto& bucket : buckets_) {
     bucket->filled = 0;
     bucket->started = false;
@@ -127,6 +129,10 @@ OverlapStats OverlappedGradients::finish() {
   OverlapStats stats;
   stats.buckets = bucket_count();
   stats.started_in_backward = started_in_backward_;
+  if (buckets_.empty()) {  // alone, or no parameters
+    armed_ = false;
+    return stats;
+  }
   // The gradients this backward did not produce, as they stand, then every
   // bucket not yet started, in bucket order.
   for (; next_to_start_ < buckets_.size(); ++next_to_start_) {
