@@ -7,13 +7,6 @@
 namespace moerl::learner {
 namespace {
 
-// Master weights are float32; double for tests that compare tightly.
-comm::DataType wire_type(torch::ScalarType type) {
-  MOERL_CHECK(type == torch::kFloat || type == torch::kDouble,
-              std::string("gradient averaging: float32 or float64 gradients expected, got ") + c10::toString(type));
-  return type == torch::kFloat ? comm::DataType::Float32 : comm::DataType::Float64;
-}
-
 // Sums the parameters' gradients over `group` in one flat buffer, then
 // divides by `learners` and writes them back.
 void sum_then_divide(const std::vector<torch::Tensor>& parameters, comm::Communicator& group, double learners,
@@ -29,7 +22,7 @@ void sum_then_divide(const std::vector<torch::Tensor>& parameters, comm::Communi
     const bool via_host = group.backend() != "nccl" && !flat.is_cpu();
     torch::Tensor buffer = via_host ? flat.to(torch::kCPU) : flat;
     auto request = group.allreduce_sum_async(buffer.data_ptr(), static_cast<size_t>(buffer.numel()),
-                                             wire_type(buffer.scalar_type()));
+                                             gradient_wire_type(buffer.scalar_type()));
     // The receiving threads keep taking episodes meanwhile; this wait has the message deadline.
     request->wait(timeout_s);
     if (via_host) flat.copy_(buffer);
@@ -48,6 +41,12 @@ void sum_then_divide(const std::vector<torch::Tensor>& parameters, comm::Communi
 }
 
 }  // namespace
+
+comm::DataType gradient_wire_type(torch::ScalarType type) {
+  MOERL_CHECK(type == torch::kFloat || type == torch::kDouble,
+              std::string("gradients: float32 or float64 expected, got ") + c10::toString(type));
+  return type == torch::kFloat ? comm::DataType::Float32 : comm::DataType::Float64;
+}
 
 void average_gradients(const std::vector<torch::Tensor>& replicated, const std::vector<torch::Tensor>& split_experts,
                        const GradientGroups& groups) {

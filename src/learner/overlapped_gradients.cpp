@@ -6,17 +6,12 @@
 #include <string>
 
 #include "moerl/core/check.h"
+#include "moerl/learner/gradient_averaging.h"
 
 namespace moerl::learner {
 namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-comm::DataType wire_type(torch::ScalarType type) {
-  MOERL_CHECK(type == torch::kFloat || type == torch::kDouble,
-              std::string("overlapped gradients: float32 or float64 parameters expected, got ") + c10::toString(type));
-  return type == torch::kFloat ? comm::DataType::Float32 : comm::DataType::Float64;
-}
 
 }  // namespace
 
@@ -58,7 +53,7 @@ OverlappedGradients::OverlappedGradients(std::vector<torch::Tensor> parameters, 
       elements += parameters_[i].numel();
     }
     const torch::Tensor& first = parameters_[members.front()];
-    wire_type(first.scalar_type());
+    gradient_wire_type(first.scalar_type());
     bucket->buffer = torch::zeros({elements}, first.options().device(on_host ? torch::kCPU : first.device()));
     buckets_.push_back(std::move(bucket));
   }
@@ -116,7 +111,7 @@ void OverlappedGradients::start(Bucket& bucket) {
   bucket.started = true;
   if (group_.size() == 1) return;
   bucket.request = group_.allreduce_sum_async(bucket.buffer.data_ptr(), static_cast<size_t>(bucket.buffer.numel()),
-                                              wire_type(bucket.buffer.scalar_type()));
+                                              gradient_wire_type(bucket.buffer.scalar_type()));
 }
 
 void OverlappedGradients::test_in_flight() {

@@ -27,6 +27,10 @@ struct GradientGroups {
   double timeout_s = 60;  // each all-reduce's deadline
 };
 
+// The wire type of gradients: master weights are float32; float64 for tests
+// that compare tightly. Throws for any other dtype.
+comm::DataType gradient_wire_type(torch::ScalarType type);
+
 // Averages the gradients in place (a parameter without one gets one: zeros
 // where no token reached it, e.g. an unused expert). Every learner calls it
 // with the same parameter lists, in the same order.
