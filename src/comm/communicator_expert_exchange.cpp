@@ -2,15 +2,13 @@
 
 #include "moerl/comm/communicator_expert_exchange.h"
 
-#include <chrono>
 #include <string>
 
 #include "moerl/core/check.h"
+#include "moerl/runtime/mailbox.h"
 
 namespace moerl::comm {
 namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Displacements of consecutive blocks of the given sizes.
 std::vector<size_t> displacements(const std::vector<size_t>& sizes) {
@@ -34,12 +32,12 @@ std::vector<std::int64_t> CommunicatorExpertExchange::exchange_counts(const std:
   MOERL_CHECK(send.size() == members * block, "expert exchange: " + std::to_string(send.size()) +
                                                   " counts are not one block of " + std::to_string(block) +
                                                   " per member of " + comm_.name());
-  const double started = now_s();
+  const double started = runtime::monotonic_seconds();
   std::vector<std::int64_t> received(members * block, 0);
   const std::vector<size_t> sizes(members, block);
   const auto at = displacements(sizes);
   comm_.alltoallv_async(send.data(), sizes, at, received.data(), sizes, at, DataType::Int64)->wait(timeout_s_);
-  totals_.seconds += now_s() - started;
+  totals_.seconds += runtime::monotonic_seconds() - started;
   return received;
 }
 
@@ -48,12 +46,12 @@ void CommunicatorExpertExchange::exchange_bytes(const void* send, const std::vec
   const auto members = static_cast<size_t>(comm_.size());
   MOERL_CHECK(send_bytes.size() == members && receive_bytes.size() == members,
               "expert exchange: need one byte count per member of " + comm_.name());
-  const double started = now_s();
+  const double started = runtime::monotonic_seconds();
   comm_
       .alltoallv_async(send, send_bytes, displacements(send_bytes), receive, receive_bytes,
                        displacements(receive_bytes), DataType::Byte)
       ->wait(timeout_s_);
-  totals_.seconds += now_s() - started;
+  totals_.seconds += runtime::monotonic_seconds() - started;
   totals_.exchanges += 1;
   for (size_t p = 0; p < members; ++p) {
     if (static_cast<int>(p) == comm_.rank()) continue;  // what stays here is not sent

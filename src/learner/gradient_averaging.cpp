@@ -29,18 +29,21 @@ void sum_then_divide(const std::vector<torch::Tensor>& parameters, comm::Communi
   }
   flat.div_(learners);
   std::int64_t at = 0;
-  for (torch::Tensor p : parameters) {  // a handle: the parameter itself
-    torch::Tensor slice = flat.narrow(0, at, p.numel()).view_as(p);
-    if (p.grad().defined()) {
-      p.mutable_grad().copy_(slice);
-    } else {
-      p.mutable_grad() = slice.clone();
-    }
+  for (const auto& p : parameters) {
+    set_gradient(p, flat.narrow(0, at, p.numel()).view_as(p));
     at += p.numel();
   }
 }
 
 }  // namespace
+
+void set_gradient(torch::Tensor parameter, const torch::Tensor& value) {
+  if (parameter.grad().defined()) {
+    parameter.mutable_grad().copy_(value);
+  } else {
+    parameter.mutable_grad() = value.to(parameter.device()).clone();
+  }
+}
 
 comm::DataType gradient_wire_type(torch::ScalarType type) {
   MOERL_CHECK(type == torch::kFloat || type == torch::kDouble,

@@ -281,14 +281,14 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
     };
     compute_->train();
     for (std::int64_t c = 0; c < chunks; ++c) {
+      const double counted = chunk_counted[static_cast<size_t>(c)];  // counted on the host above
+      if (counted == 0) continue;
       // Trajectories arrive on the host; each micro-batch moves to the device
       // once, here, and leaves it when the next one comes.
       const EpisodeBatch batch = batch_on_device(batches[static_cast<size_t>(c)], device_);
       const auto [begin, end] = ranges[static_cast<size_t>(c)];
       const torch::Tensor kept = targets.kept.narrow(0, begin, end - begin).to(device_);
       const torch::Tensor token_mask = batch.loss_mask * algo::broadcast_to_tokens(kept, batch.sequence_index);
-      const double counted = token_mask.sum().item<double>();
-      if (counted == 0) continue;
       // The loss reads generated positions only (every other one is masked):
       // the head runs there alone, and every per-token input is cut to them.
       const torch::Tensor rows = batch.loss_mask.nonzero().squeeze(1);

@@ -2,19 +2,13 @@
 
 #include "moerl/learner/overlapped_gradients.h"
 
-#include <chrono>
 #include <string>
 
 #include "moerl/core/check.h"
 #include "moerl/learner/gradient_averaging.h"
+#include "moerl/runtime/mailbox.h"
 
 namespace moerl::learner {
-namespace {
-
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-}  // namespace
-
 struct OverlappedGradients::Bucket {
   torch::Tensor buffer;         // flat, where the all-reduce runs
   std::vector<size_t> members;  // parameter indices
@@ -53,7 +47,7 @@ OverlappedGradients::OverlappedGradients(std::vector<torch::Tensor> parameters, 
       elements += parameters_[i].numel();
     }
     const torch::Tensor& first = parameters_[members.front()];
-    gradient_wire_type(first.scalar_type());
+    gradient_wire_type(first.scalar_type());  // refuses another dtype here, not at the first all-reduce
     bucket->buffer = torch::zeros({elements}, first.options().device(on_host ? torch::kCPU : first.device()));
     buckets_.push_back(std::move(bucket));
   }
@@ -144,20 +138,15 @@ OverlapStats OverlappedGradients::finish() {
     }
     start(bucket);
   }
-  const double started = now_s();
+  const double started = runtime::monotonic_seconds();
   for (auto& bucket : buckets_)
     if (bucket->request) bucket->request->wait(timeout_s_);
-  stats.finish_wait_s = now_s() - started;
+  stats.finish_wait_s = runtime::monotonic_seconds() - started;
   for (auto& bucket : buckets_) {
     bucket->buffer.div_(learners_);
     for (size_t i : bucket->members) {
-      torch::Tensor p = parameters_[i];
-      torch::Tensor average = bucket->buffer.narrow(0, slots_[i].offset, p.numel()).view_as(p);
-      if (p.grad().defined()) {
-        p.mutable_grad().copy_(average);
-      } else {
-        p.mutable_grad() = average.to(p.device()).clone();
-      }
+      const torch::Tensor& p = parameters_[i];
+      set_gradient(p, bucket->buffer.narrow(0, slots_[i].offset, p.numel()).view_as(p));
     }
   }
   armed_ = false;

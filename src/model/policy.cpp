@@ -137,17 +137,13 @@ void PolicyImpl::reset_parameters() {
     const bool residual_output =
         ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight") || ends_with(name, "down_proj");
     const double std = residual_output ? residual_std : std_dev;
-    const moe::MoeFeedForwardImpl* split = split_layer_of_experts(decoder_layers, name);
-    if (split == nullptr) {
+    // A split layer's experts: every expert drawn, this member's kept, so
+    // the random stream (and the policy) is that of the whole model.
+    if (const moe::MoeFeedForwardImpl* split = split_layer_of_experts(decoder_layers, name)) {
+      moe::normal_expert_share_(p, split->expert_shard(), moe_.num_experts, std);
+    } else {
       p.normal_(0.0, std);
-      continue;
     }
-    // A split layer's experts: draw every expert, keep this member's, so the
-    // random stream (and the policy) is that of the whole model.
-    const moe::ExpertShard shard = split->expert_shard();
-    auto sizes = p.sizes().vec();
-    sizes[0] = moe_.num_experts;
-    p.copy_(torch::empty(sizes, p.options()).normal_(0.0, std).narrow(0, shard.first, shard.count));
   }
 }
 

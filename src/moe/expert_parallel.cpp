@@ -96,6 +96,16 @@ ExpertShard expert_shard(std::int64_t experts, int member, int members) {
   return {member * count, count};
 }
 
+void normal_expert_share_(torch::Tensor share, ExpertShard shard, std::int64_t experts, double std) {
+  if (shard.count == experts) {
+    share.normal_(0, std);
+    return;
+  }
+  auto sizes = share.sizes().vec();
+  sizes[0] = experts;
+  share.copy_(torch::empty(sizes, share.options()).normal_(0, std).narrow(0, shard.first, shard.count));
+}
+
 torch::Tensor expert_parallel_swiglu(const torch::Tensor& rows, const RoutePlan& plan, const torch::Tensor& w_gate,
                                      const torch::Tensor& w_up, const torch::Tensor& w_down, ExpertExchange& exchange,
                                      std::int64_t block_size) {

@@ -122,20 +122,10 @@ MoeFeedForwardImpl::MoeFeedForwardImpl(const config::ModelSection& model, const 
   torch::NoGradGuard no_grad;
   const double std_in = model.init_std, std_out = down_std(model);
   gate->weight.normal_(0, std_in);
-  // Every member draws the whole layer's experts and keeps its slice: the
-  // random stream, and so the model, do not depend on the expert group.
-  auto init_experts = [&](torch::Tensor& local, double std) {
-    if (shard_.count == moe.num_experts) {
-      local.normal_(0, std);
-      return;
-    }
-    auto sizes = local.sizes().vec();
-    sizes[0] = moe.num_experts;
-    local.copy_(torch::empty(sizes, local.options()).normal_(0, std).narrow(0, shard_.first, shard_.count));
-  };
-  init_experts(experts->gate_proj, std_in);
-  init_experts(experts->up_proj, std_in);
-  init_experts(experts->down_proj, std_out);
+  // Every member draws the whole layer's experts and keeps its slice.
+  normal_expert_share_(experts->gate_proj, shard_, moe.num_experts, std_in);
+  normal_expert_share_(experts->up_proj, shard_, moe.num_experts, std_in);
+  normal_expert_share_(experts->down_proj, shard_, moe.num_experts, std_out);
   if (shared_expert) {
     shared_expert->gate_proj->weight.normal_(0, std_in);
     shared_expert->up_proj->weight.normal_(0, std_in);

@@ -31,6 +31,10 @@ struct GradientGroups {
 // that compare tightly. Throws for any other dtype.
 comm::DataType gradient_wire_type(torch::ScalarType type);
 
+// parameter.grad = value (copied: value may be a view of a buffer, on the
+// host while the parameter is on a device).
+void set_gradient(torch::Tensor parameter, const torch::Tensor& value);
+
 // Averages the gradients in place (a parameter without one gets one: zeros
 // where no token reached it, e.g. an unused expert). Every learner calls it
 // with the same parameter lists, in the same order.

@@ -44,6 +44,12 @@ struct ExpertShard {
 // unless experts divides evenly.
 ExpertShard expert_shard(std::int64_t experts, int member, int members);
 
+// Fills `share` ([shard.count, ...], a member's experts) with its rows of one
+// normal(0, std) draw over all `experts` ([experts, ...]): the random stream,
+// and so the weights, are the whole layer's whatever the split. A share of
+// every expert is drawn in place. Call without gradient recording.
+void normal_expert_share_(torch::Tensor share, ExpertShard shard, std::int64_t experts, double std);
+
 // The drop-in for grouped_swiglu when the experts are split over the exchange's
 // members. rows [rows, H] from dispatch(x, plan), where plan has no padding
 // between expert segments (block_size 1); w_gate/w_up [E/P, D, H] and
