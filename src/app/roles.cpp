@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "moerl/app/group_communicators.h"
+#include "moerl/comm/communicator_expert_exchange.h"
 #include "moerl/comm/mpi_communicator.h"
 #include "moerl/env/env_release.h"
 #include "moerl/env/env_worker.h"
@@ -22,26 +23,55 @@
 namespace moerl::app {
 namespace {
 
+bool nccl_wanted(const config::Config& config) { return config.run.collectives == config::RunCollectives::Auto; }
+
+// The CUDA device index make_group_communicator takes: -1 on the CPU.
+int cuda_index(const runtime::DeviceChoice& device) { return device.cuda ? device.index : -1; }
+
 // Every rank builds the same initial policy: same seed, the same file, or
-// the same Hugging Face model ([model] source = "hf:DIR").
-model::Policy make_policy(const config::Config& config, const std::string& init_path) {
+// the same Hugging Face model ([model] source = "hf:DIR"). With an expert
+// group, this member's share of it (policy.h: a split policy drawn from the
+// seed is the slice of the whole one).
+model::Policy make_policy(const config::Config& config, const std::string& init_path,
+                          const std::shared_ptr<moe::ExpertExchange>& expert_group = nullptr) {
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
-  model::Policy policy = hf::hf_directory(config.model.source).empty()
-                             ? model::Policy(config.model, config.moe)
-                             : model::load_hf_policy(config.model, config.moe);
+  model::Policy policy{nullptr};
+  if (hf::hf_directory(config.model.source).empty()) {
+    policy = model::Policy(config.model, config.moe, expert_group);
+  } else {
+    policy = model::load_hf_policy(config.model, config.moe);
+    // The Hugging Face loader builds the whole model; a member keeps its share.
+    if (expert_group) policy = model::share_of(*policy, expert_group);
+  }
   if (!init_path.empty()) learner::load_policy(policy, init_path);
   return policy;
+}
+
+// [cluster] expert_parallel > 1: the learner's expert group (whose
+// exchanges carry the MoE layers' rows) and its replicas (the learners
+// holding the same share).
+struct LearnerExpertGroups {
+  std::unique_ptr<comm::Communicator> group;
+  std::unique_ptr<comm::Communicator> replicas;
+  std::shared_ptr<moe::ExpertExchange> exchange;
+};
+
+LearnerExpertGroups learner_expert_groups(const config::Config& config, const runtime::World& world,
+                                          const runtime::DeviceChoice& device) {
+  LearnerExpertGroups groups;
+  if (world.expert_parallel() == 1) return groups;
+  groups.group = make_group_communicator(world.expert_comm(), "expert group", cuda_index(device),
+                                         world.placement_host(), nccl_wanted(config));
+  groups.replicas = make_group_communicator(world.expert_replica_comm(), "expert replicas", cuda_index(device),
+                                            world.placement_host(), nccl_wanted(config));
+  groups.exchange = std::make_shared<comm::CommunicatorExpertExchange>(*groups.group, config.cluster.message_timeout_s);
+  return groups;
 }
 
 torch::Device torch_device(const runtime::DeviceChoice& choice) {
   return choice.cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(choice.index))
                      : torch::Device(torch::kCPU);
 }
-
-bool nccl_wanted(const config::Config& config) { return config.run.collectives == config::RunCollectives::Auto; }
-
-// The CUDA device index make_group_communicator takes: -1 on the CPU.
-int cuda_index(const runtime::DeviceChoice& device) { return device.cuda ? device.index : -1; }
 
 // rollout.moe_top_k: the actors route with another k than the learner
 // trains with. Said once, by learner 0, for the job.
@@ -114,7 +144,8 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       return 0;
     }
     case runtime::Role::Learner: {
-      model::Policy policy = make_policy(config, init_path);
+      LearnerExpertGroups experts = learner_expert_groups(config, world, device_choice);
+      model::Policy policy = make_policy(config, init_path, experts.exchange);
       if (world.is_coordinator()) {
         const model::ParameterReport params = model::parameter_report(*policy);
         std::printf("%s\n", params.format().c_str());
@@ -134,6 +165,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
                                             world.placement_host(), nccl_wanted(config));
       learner::Learner learner(learner::learner_settings(config), world, mailbox, policy, learner_comm, sync_comm.get(),
                                resume, world.is_coordinator() ? heartbeat : nullptr);
+      if (experts.exchange) learner.use_expert_groups(*experts.group, *experts.replicas);
       learner.use_gradient_communicator(*gradient_comm);
       learner.run(stop);
       if (world.is_coordinator()) {

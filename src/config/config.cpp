@@ -257,6 +257,21 @@ class Loader {
                 "holds an empty host pattern");
   }
 
+  // [cluster] expert_parallel: whole expert groups of learners, whole shares of experts.
+  void check_expert_parallel() {
+    const std::int64_t p = config_.cluster.expert_parallel;
+    if (p <= 1) return;
+    const std::string size = std::to_string(p);
+    require(config_.moe.enabled, "cluster.expert_parallel",
+            "is " + size + " but moe.enabled is false: no experts to split");
+    require(config_.cluster.learners % p == 0, "cluster.expert_parallel",
+            "must divide cluster.learners (" + std::to_string(config_.cluster.learners) + "), got " + size);
+    // A Hugging Face model's expert count comes from its config.json: the policy checks it when built.
+    if (config_.moe.enabled && config_.model.source.rfind("hf:", 0) != 0)
+      require(config_.moe.num_experts % p == 0, "cluster.expert_parallel",
+              "must divide moe.num_experts (" + std::to_string(config_.moe.num_experts) + "), got " + size);
+  }
+
   void check_cross_field() {
     const ModelSection& m = config_.model;
     const MoeSection& e = config_.moe;
@@ -291,6 +306,7 @@ class Loader {
         require(!config_.env_external.command.empty(), "env.families",
                 "lists 'external' but [env.external] command is empty");
     }
+    check_expert_parallel();
     require(!config_.env.families.empty(), "env.families", "must name at least one task family");
     require(!(config_.env.reward_min >= config_.env.reward_max), "env.reward_max",
             "must be greater than env.reward_min");

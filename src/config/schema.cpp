@@ -183,6 +183,12 @@ SectionSpec cluster_section() {
           "Idle actors: under a fault-tolerant MPI, the i-th actor lost is replaced by standby actor i, "
           "which takes its place in the weight-sync group and in the task queue.")
       .at_least(0);
+  b.field("expert_parallel", &ClusterSection::expert_parallel,
+          "Learners per expert group: the routed experts of every MoE layer are split over this many "
+          "consecutive learners (learner i holds share i mod P), token rows travel to their experts' owner "
+          "and back by all-to-all, everything else stays data-parallel. 1 = every learner holds every expert. "
+          "Must divide cluster.learners and moe.num_experts.")
+      .between(1, 4096);
   b.field("threads_per_rank", &ClusterSection::threads_per_rank,
           "Compute threads per rank; 0 = the cores this process may use (affinity mask, cgroup CPU "
           "quota of a container) / ranks on this host.")

@@ -73,7 +73,7 @@ Learner::Learner(LearnerSettings settings, const runtime::World& world, runtime:
   compute_ = policy_;
   if (model::is_mixed_precision(settings_.dtype)) {
     // The compute copy: same architecture, run.dtype, on the master's device.
-    compute_ = model::Policy(settings_.model, settings_.moe);
+    compute_ = model::Policy(settings_.model, settings_.moe, policy_->expert_group());
     compute_->to(device_, model::compute_dtype(settings_.dtype));
     mixed_ = std::make_unique<MixedPrecision>(*policy_, *compute_);
   }
@@ -91,7 +91,7 @@ Learner::Learner(LearnerSettings settings, const runtime::World& world, runtime:
   }
   if (settings_.algo.kl != config::KlMode::None) {
     // The frozen reference: a copy of the starting weights.
-    reference_ = model::Policy(settings_.model, settings_.moe);
+    reference_ = model::Policy(settings_.model, settings_.moe, policy_->expert_group());
     // Inference only: no master copy, the compute dtype directly.
     reference_->to(device_, model::compute_dtype(settings_.dtype));
     torch::NoGradGuard no_grad;

@@ -2,11 +2,13 @@
 // advantages and dynamic sampling, the gradient all-reduce and the check that
 // data-parallel learners hold the same weights. (learner.cpp: the run loop.)
 
+#include <algorithm>
 #include <cmath>
 
 #include "moerl/algo/advantages.h"
 #include "moerl/algo/policy_loss.h"
 #include "moerl/algo/token_batch.h"
+#include "moerl/core/check.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/learner.h"
 #include "moerl/learner/gradient_averaging.h"
@@ -43,11 +45,11 @@ algo::PolicyLossOptions loss_options(const config::AlgoSection& a, std::int64_t 
   return o;
 }
 
-// CRC-32C of a module's float32 host bytes, parameter by parameter: the
-// parameters' own bytes on the CPU (no copy), one host copy at a time of a
-// device's (a device pointer must never reach the host checksum).
-std::uint32_t weights_crc(torch::nn::Module& module, std::uint32_t crc) {
-  for (const torch::Tensor& p : module.parameters()) {
+// CRC-32C of parameters' float32 host bytes, one by one: the parameters'
+// own bytes on the CPU (no copy), one host copy at a time of a device's (a
+// device pointer must never reach the host checksum).
+std::uint32_t weights_crc(const std::vector<torch::Tensor>& parameters, std::uint32_t crc) {
+  for (const torch::Tensor& p : parameters) {
     const torch::Tensor host = p.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     crc = storage::crc32c(host.data_ptr(), static_cast<size_t>(host.numel()) * sizeof(float), crc);
   }
@@ -77,7 +79,8 @@ void Learner::use_gradient_communicator(comm::Communicator& comm) {
   overlapped_.reset();
   // A bfloat16 run computes its gradients on the compute copy and adds them
   // to the master weights after the backward: nothing to overlap there.
-  if (learners_ > 1 && !mixed_ && settings_.optim.gradient_bucket_mb > 0) {
+  // Split experts average over other groups than the rest: the flat path does that.
+  if (learners_ > 1 && !mixed_ && !policy_->expert_group() && settings_.optim.gradient_bucket_mb > 0) {
     const auto bucket_bytes = static_cast<std::size_t>(settings_.optim.gradient_bucket_mb * 1024 * 1024);
     overlapped_ = std::make_unique<OverlappedGradients>(
         trainable_parameters(), comm, learners_, settings_.message_timeout_s, std::max<std::size_t>(bucket_bytes, 1));
@@ -95,8 +98,17 @@ void Learner::allreduce_gradients() {
   }
   GradientGroups groups;
   groups.learners = gradient_comm_ ? gradient_comm_ : &learner_comm_;
+  groups.expert_replicas = expert_replicas_;
   groups.timeout_s = settings_.message_timeout_s;
-  average_gradients(trainable_parameters(), {}, groups);
+  if (!expert_replicas_) {
+    average_gradients(trainable_parameters(), {}, groups);
+    return;
+  }
+  // Split experts average over the learners holding the same share.
+  std::vector<torch::Tensor> replicated = policy_->replicated_parameters();
+  if (value_head_)
+    for (const auto& p : value_head_->parameters()) replicated.push_back(p);
+  average_gradients(replicated, policy_->split_expert_parameters(), groups);
 }
 
 // Episode-level inputs of the loss: rewards (with the overlong penalty),
@@ -199,16 +211,20 @@ std::pair<double, double> Learner::router_disagreement(const EpisodeBatch& batch
   return {differs.sum().item<double>(), static_cast<double>(differs.numel())};
 }
 
-void Learner::record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay, StepStats& st) {
-  bool routed =
-      replay && settings_.algo.routing_check_interval > 0 && step_ % settings_.algo.routing_check_interval == 0;
+bool Learner::router_check_due(const std::vector<const EpisodeBatch*>& batches, bool replay) const {
+  if (!replay || settings_.algo.routing_check_interval <= 0 || step_ % settings_.algo.routing_check_interval != 0)
+    return false;
+  return std::all_of(batches.begin(), batches.end(), [](const EpisodeBatch* b) { return b->forced_experts.defined(); });
+}
+
+void Learner::record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool check_router,
+                                        StepStats& st) {
   for (const EpisodeBatch* b : batches) {
     st.generated_tokens += b->generated_tokens;
     st.tokens += b->targets.size(0);
     record_staleness(*b, st);
-    routed = routed && b->forced_experts.defined();
   }
-  if (!routed) return;
+  if (!check_router) return;
   double differing = 0, pairs = 0;
   for (const EpisodeBatch* b : batches) {
     const auto [d, n] = router_disagreement(*b);
@@ -217,6 +233,47 @@ void Learner::record_episode_statistics(const std::vector<const EpisodeBatch*>& 
   }
   st.router_disagreement = pairs > 0 ? differing / pairs : 0.0;
   telemetry::metrics().set("learner.router_disagreement", st.router_disagreement);
+}
+
+void Learner::use_expert_groups(comm::Communicator& group, comm::Communicator& replicas) {
+  MOERL_CHECK(policy_->expert_group() != nullptr, "learner: expert groups given for a policy that holds every expert");
+  expert_comm_ = &group;
+  expert_replicas_ = &replicas;
+}
+
+Learner::ExpertPasses Learner::agree_expert_passes(ExpertPasses mine) {
+  if (!expert_comm_) return mine;
+  // Each member's counts in its own slots; one sum gathers them all.
+  const auto members = static_cast<size_t>(expert_comm_->size());
+  std::vector<double> slots(2 * members, 0.0);
+  const auto me = static_cast<size_t>(expert_comm_->rank());
+  slots[2 * me] = static_cast<double>(mine.router_checks);
+  slots[2 * me + 1] = static_cast<double>(mine.backward);
+  expert_comm_->allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, settings_.message_timeout_s);
+  ExpertPasses most;
+  for (size_t m = 0; m < members; ++m) {
+    most.router_checks = std::max(most.router_checks, static_cast<std::int64_t>(slots[2 * m]));
+    most.backward = std::max(most.backward, static_cast<std::int64_t>(slots[2 * m + 1]));
+  }
+  return most;
+}
+
+void Learner::idle_router_checks(std::int64_t count) {
+  torch::NoGradGuard no_grad;
+  for (std::int64_t i = 0; i < count; ++i) compute_->idle_expert_pass();
+}
+
+void Learner::idle_backward_passes(std::int64_t count) {
+  // In the order of a real micro-batch: forward, the reference's forward, backward.
+  for (std::int64_t i = 0; i < count; ++i) {
+    const torch::Tensor out = compute_->idle_expert_pass();
+    if (reference_) {
+      torch::NoGradGuard no_grad;
+      reference_->idle_expert_pass();
+    }
+    out.sum().backward();
+    if (mixed_) mixed_->accumulate_gradients();
+  }
 }
 
 StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episodes) {
@@ -228,6 +285,10 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   optimizer_->zero_grad();
   if (mixed_) compute_->zero_grad();
   double local_tokens = 0;
+  // Passes through the MoE layers every member of an expert group joins
+  // (the exchanges are collectives): agreed once, before the first.
+  ExpertPasses expert_passes;
+  std::int64_t backward_passes = 0;
   if (!episodes.empty()) {
     const EpisodeTargets all_targets = episode_targets(episodes, st);
     const bool replay = settings_.algo.routing_replay && settings_.moe.enabled;
@@ -271,7 +332,13 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       for (const EpisodeBatch& b : batches) all_batches.push_back(&b);
       const EpisodeBatch dropped_batch = dropped.empty() ? EpisodeBatch() : make_episode_batch(dropped, replay);
       if (!dropped.empty()) all_batches.push_back(&dropped_batch);
-      record_episode_statistics(all_batches, replay, st);
+      const bool check_router = router_check_due(all_batches, replay);
+      ExpertPasses mine;
+      mine.router_checks = check_router ? static_cast<std::int64_t>(all_batches.size()) : 0;
+      mine.backward = std::count_if(chunk_counted.begin(), chunk_counted.end(), [](double c) { return c > 0; });
+      expert_passes = agree_expert_passes(mine);
+      record_episode_statistics(all_batches, check_router, st);
+      idle_router_checks(expert_passes.router_checks - mine.router_checks);
     }
     // The chunk's share: of the counted tokens (token mean) or of the kept sequences.
     auto chunk_share = [&](double counted, const torch::Tensor& kept) {
@@ -330,6 +397,7 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       if (out.aux_loss.defined()) loss = loss + out.aux_loss / static_cast<double>(chunks);
       if (overlapped_ && c == last_backward) overlapped_->arm();
       loss.backward();
+      ++backward_passes;
       if (mixed_) mixed_->accumulate_gradients();  // into the float32 master gradients
       st.loss += result.policy_loss * share;
       st.importance_weight_mean += (result.importance_weight_mean - 1.0) * share;
@@ -339,6 +407,11 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
       st.entropy += result.entropy * share;
     }
   }
+  if (episodes.empty()) {
+    expert_passes = agree_expert_passes({});
+    idle_router_checks(expert_passes.router_checks);
+  }
+  idle_backward_passes(expert_passes.backward - backward_passes);
   // Every learner joins the all-reduce, with or without data.
   double all_tokens = local_tokens;
   if (learners_ > 1) learner_comm_.allreduce_sum(&all_tokens, 1, comm::DataType::Float64, settings_.message_timeout_s);
@@ -379,20 +452,31 @@ void Learner::record_staleness(const EpisodeBatch& batch, StepStats& st) const {
 void Learner::check_learners_agree() {
   // Data parallelism is only correct while every learner holds the same
   // weights; every learner puts the CRC of its parameter bytes in its own
-  // slot, one all-reduce gathers them, and a divergence is caught the step
-  // it happens.
+  // slots, one all-reduce gathers them, and a divergence is caught the step
+  // it happens. With split experts the replicated parameters must agree
+  // everywhere, and each share of experts among the learners holding it.
   if (learners_ == 1) return;
-  std::uint32_t crc = weights_crc(*policy_, 0);
-  if (value_head_) crc = weights_crc(*value_head_, crc);
-  std::vector<double> slots(static_cast<size_t>(learners_), 0.0);
-  slots[static_cast<size_t>(learner_comm_.rank())] = static_cast<double>(crc);
+  std::vector<torch::Tensor> replicated = policy_->replicated_parameters();
+  if (value_head_)
+    for (const auto& p : value_head_->parameters()) replicated.push_back(p);
+  const auto me = static_cast<size_t>(learner_comm_.rank());
+  std::vector<double> slots(2 * static_cast<size_t>(learners_), 0.0);
+  slots[2 * me] = static_cast<double>(weights_crc(replicated, 0));
+  slots[2 * me + 1] = static_cast<double>(weights_crc(policy_->split_expert_parameters(), 0));
   learner_comm_.allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, settings_.message_timeout_s);
-  for (int r = 1; r < learners_; ++r)
-    if (slots[static_cast<size_t>(r)] != slots[0])
+  const int members = expert_comm_ ? expert_comm_->size() : 1;
+  const auto crc_text = [&](size_t slot) { return std::to_string(static_cast<std::uint32_t>(slots[slot])); };
+  for (int r = 1; r < learners_; ++r) {
+    const auto mine = static_cast<size_t>(r), same_share = static_cast<size_t>(r % members);
+    if (slots[2 * mine] != slots[0])
       throw Error("learners diverged after step " + std::to_string(step_) + ": learner " + std::to_string(r) +
-                  " holds other weights than learner 0 (weights CRC " +
-                  std::to_string(static_cast<std::uint32_t>(slots[static_cast<size_t>(r)])) + " vs " +
-                  std::to_string(static_cast<std::uint32_t>(slots[0])) + ")");
+                  " holds other weights than learner 0 (weights CRC " + crc_text(2 * mine) + " vs " + crc_text(0) +
+                  ")");
+    if (slots[2 * mine + 1] != slots[2 * same_share + 1])
+      throw Error("learners diverged after step " + std::to_string(step_) + ": learner " + std::to_string(r) +
+                  " holds other experts than learner " + std::to_string(same_share) + ", which holds the same share" +
+                  " (experts CRC " + crc_text(2 * mine + 1) + " vs " + crc_text(2 * same_share + 1) + ")");
+  }
   telemetry::metrics().set("learner.weights_crc", slots[0]);
 }
 

@@ -88,7 +88,7 @@ const moe::MoeFeedForwardImpl* split_layer_of_experts(const std::vector<DecoderL
 
 PolicyImpl::PolicyImpl(const config::ModelSection& model, const config::MoeSection& moe,
                        std::shared_ptr<moe::ExpertExchange> expert_group)
-    : model_(model), moe_(moe) {
+    : model_(model), moe_(moe), expert_group_(expert_group) {
   MOERL_CHECK(model.vocab_size > 0 && model.d_model > 0 && model.num_layers > 0,
               "model.vocab_size, model.d_model and model.num_layers must be positive");
   MOERL_CHECK(model.max_seq_len > 0, "model.max_seq_len must be positive");
@@ -159,6 +159,30 @@ std::vector<torch::Tensor> PolicyImpl::replicated_parameters() const {
   for (const auto& item : named_parameters(/*recurse=*/true))
     if (split_layer_of_experts(decoder_layers, item.key()) == nullptr) replicated.push_back(item.value());
   return replicated;
+}
+
+torch::Tensor PolicyImpl::idle_expert_pass() {
+  if (!expert_group_) return {};
+  const torch::Tensor& w = embed_tokens->weight;
+  // Zero rows in the policy's compute dtype; requires_grad so that the
+  // backward reaches every layer's exchanges, in reverse layer order.
+  torch::Tensor x = torch::zeros({0, model_.d_model}, w.options().requires_grad(torch::GradMode::is_enabled()));
+  for (std::int64_t l : moe_layers_) x = x + decoder_layers[static_cast<size_t>(l)]->moe_mlp->forward(x).hidden;
+  return x;
+}
+
+Policy share_of(const PolicyImpl& whole, std::shared_ptr<moe::ExpertExchange> expert_group) {
+  Policy split(whole.model_config(), whole.moe_config(), std::move(expert_group));
+  torch::NoGradGuard no_grad;
+  const auto source = whole.named_parameters(/*recurse=*/true);
+  for (auto& item : split->named_parameters(/*recurse=*/true)) {
+    torch::Tensor from = source[item.key()];
+    if (const moe::MoeFeedForwardImpl* layer = split_layer_of_experts(split->decoder_layers, item.key()))
+      from = from.narrow(0, layer->expert_shard().first, layer->expert_shard().count);
+    item.value().copy_(from);
+  }
+  split->to(whole.embed_tokens->weight.device());
+  return split;
 }
 
 void PolicyImpl::set_active_experts(std::int64_t k) {

@@ -34,6 +34,7 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
   const bool in_sync_group =
       rank == RankLayout::kCoordinatorRank || self_.role == Role::Actor || self_.role == Role::StandbyActor;
   MOERL_MPI_CHECK(MPI_Comm_split(parent, in_sync_group ? 0 : MPI_UNDEFINED, rank, &sync_));
+  split_expert_groups(config.cluster.expert_parallel);
 
   MPI_Comm host_comm = MPI_COMM_NULL;
   MOERL_MPI_CHECK(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host_comm));
@@ -50,11 +51,21 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
                                             usable_cores(), ranks_on_host_);
 }
 
+void World::split_expert_groups(std::int64_t expert_parallel) {
+  expert_parallel_ = static_cast<int>(std::max<std::int64_t>(1, expert_parallel));
+  if (expert_parallel_ == 1) return;
+  // Collective over the learners only (role_ holds them alone).
+  if (self_.role != Role::Learner) return;
+  const int index = self_.index;
+  MOERL_MPI_CHECK(MPI_Comm_split(role_, index / expert_parallel_, index, &expert_));
+  MOERL_MPI_CHECK(MPI_Comm_split(role_, index % expert_parallel_, index, &expert_replicas_));
+}
+
 World::~World() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* comm : {&messages_, &role_, &sync_})
+  for (MPI_Comm* comm : {&messages_, &role_, &sync_, &expert_, &expert_replicas_})
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
 }
 

@@ -10,6 +10,7 @@
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -87,7 +88,28 @@ torch::Tensor step_loss(model::PolicyImpl& policy, const Batch& b) {
   return (torch::log_softmax(out.logits, -1) * b.probe).sum() / 50.0 + out.aux_loss;
 }
 
-void train_and_compare(int expert_parallel) {
+// Micro-batches rank `rank` has in step `step`: the same everywhere when
+// `uneven` is false, else 0, 1 or 2 by rank and step, so that members of a
+// group often have fewer than the others (or none) and must join the others'
+// passes with Policy::idle_expert_pass.
+int micro_batches(int rank, int step, bool uneven) { return uneven ? (rank + step) % 3 : 1; }
+
+// The split policy's step: its own micro-batches, then idle passes until
+// every member of the group has run as many as the busiest (a max-reduce of
+// the counts, as the Learner does).
+void split_backward(model::PolicyImpl& split, comm::Communicator& group, int rank, int step, bool uneven,
+                    std::int64_t vocab) {
+  const int mine = micro_batches(rank, step, uneven);
+  double counts_slots[4] = {0, 0, 0, 0};
+  counts_slots[group.rank()] = mine;
+  group.allreduce_sum(counts_slots, 4, comm::DataType::Float64, 30);
+  int most = 0;
+  for (double c : counts_slots) most = std::max(most, static_cast<int>(c));
+  for (int m = 0; m < mine; ++m) step_loss(split, batch_of(rank, 100 * m + step, vocab)).backward();
+  for (int m = mine; m < most; ++m) split.idle_expert_pass().sum().backward();
+}
+
+void train_and_compare(int expert_parallel, bool uneven = false) {
   int rank = 0, ranks = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
@@ -113,11 +135,11 @@ void train_and_compare(int expert_parallel) {
   learner::GradientGroups with_experts{&learners, replicas.comm.get(), 30};
 
   for (int step = 0; step < 10; ++step) {
-    const Batch b = batch_of(rank, step, model.vocab_size);
     whole_optimizer.zero_grad();
     split_optimizer.zero_grad();
-    step_loss(*whole, b).backward();
-    step_loss(*split, b).backward();
+    for (int m = 0; m < micro_batches(rank, step, uneven); ++m)
+      step_loss(*whole, batch_of(rank, 100 * m + step, model.vocab_size)).backward();
+    split_backward(*split, *expert_group.comm, rank, step, uneven, model.vocab_size);
     learner::average_gradients(whole->parameters(), {}, all_replicated);
     learner::average_gradients(split->replicated_parameters(), split->split_expert_parameters(), with_experts);
     whole_optimizer.step();
@@ -158,5 +180,9 @@ TEST_CASE("10 steps with split experts end with the parameters of 10 steps witho
   SECTION("one expert group of every rank") { train_and_compare(ranks); }
   if (ranks >= 4) {
     SECTION("expert groups of two, with replicas") { train_and_compare(2); }
+  }
+  SECTION("members with fewer micro-batches, or none, join the others' passes idle") { train_and_compare(ranks, true); }
+  if (ranks >= 4) {
+    SECTION("uneven micro-batches in expert groups of two") { train_and_compare(2, true); }
   }
 }

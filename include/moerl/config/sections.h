@@ -47,6 +47,7 @@ struct ClusterSection {
   std::int64_t env_workers = 1;
   std::int64_t standby_actors = 0;
   std::int64_t threads_per_rank = 0;         // compute threads; 0 = cores / ranks on this host
+  std::int64_t expert_parallel = 1;          // learners per expert group (routed experts split over them)
   double message_timeout_s = 60.0;           // longest wait for any expected message
   double shutdown_timeout_s = 10.0;          // how long a clean stop may take before abort
   std::int64_t malformed_message_limit = 5;  // malformed messages from one rank before the job stops

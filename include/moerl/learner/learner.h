@@ -138,6 +138,12 @@ class Learner {
   // It carries nothing else, so the all-reduce can overlap the backward
   // ([optim] gradient_bucket_mb, learner/overlapped_gradients.h).
   void use_gradient_communicator(comm::Communicator& comm);
+  // [cluster] expert_parallel: the policy's experts are split over `group`
+  // (the policy's own expert group, as a communicator for the counts of
+  // passes every member joins), and `replicas` holds the learners with the
+  // same share (expert gradients average over them). Set before run(). The
+  // gradient all-reduce then runs after the backward (not overlapped).
+  void use_expert_groups(comm::Communicator& group, comm::Communicator& replicas);
 
   // Called with every step's statistics, after the step (tests, benchmarks).
   void set_step_observer(std::function<void(const StepStats&)> observer) { step_observer_ = std::move(observer); }
@@ -164,7 +170,21 @@ class Learner {
   void record_staleness(const EpisodeBatch& batch, StepStats& st) const;
   // Adds what `batches` (together: every episode of the step) contribute to
   // the step's token counts, staleness and router check.
-  void record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool replay, StepStats& st);
+  void record_episode_statistics(const std::vector<const EpisodeBatch*>& batches, bool check_router, StepStats& st);
+  // The router check runs this step on these batches (every [algo] routing_check_interval steps, with replay).
+  bool router_check_due(const std::vector<const EpisodeBatch*>& batches, bool replay) const;
+  // Passes through the MoE layers in one step: router checks (no gradient),
+  // then micro-batches with a backward. With split experts every member of
+  // the group runs as many as the busiest (agree_expert_passes, one
+  // all-reduce) and joins the ones it has no data for with idle passes
+  // (Policy::idle_expert_pass), in the same order.
+  struct ExpertPasses {
+    std::int64_t router_checks = 0;
+    std::int64_t backward = 0;
+  };
+  ExpertPasses agree_expert_passes(ExpertPasses mine);
+  void idle_router_checks(std::int64_t count);
+  void idle_backward_passes(std::int64_t count);
   // This step's groups from the inbox: the trainable episodes (stale groups,
   // failure records and groups left empty are counted, not returned).
   std::vector<const rollout::Trajectory*> take_ready_groups(std::int64_t& dropped, std::int64_t& taken,
@@ -213,6 +233,8 @@ class Learner {
   comm::Communicator& learner_comm_;
   comm::Communicator* gradient_comm_ = nullptr;      // the gradient all-reduce's group; null: learner_comm_
   std::unique_ptr<OverlappedGradients> overlapped_;  // buckets on gradient_comm_ during the backward; null: flat
+  comm::Communicator* expert_comm_ = nullptr;        // [cluster] expert_parallel: this learner's expert group
+  comm::Communicator* expert_replicas_ = nullptr;    // and the learners holding its share
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::unique_ptr<sync::HostWeights> host_weights_;  // learner 0: the float32 host bytes it publishes
   std::unique_ptr<sync::WeightPublisher> publisher_;

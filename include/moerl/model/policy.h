@@ -39,6 +39,7 @@
 // permutation when loading those checkpoints.
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -157,6 +158,19 @@ class PolicyImpl : public torch::nn::Module {
   // parameters() order. Without one, every parameter is replicated.
   std::vector<torch::Tensor> split_expert_parameters() const;
   std::vector<torch::Tensor> replicated_parameters() const;
+  // The group the MoE layers' experts are split over; null for a whole policy.
+  const std::shared_ptr<moe::ExpertExchange>& expert_group() const { return expert_group_; }
+
+  // With an expert group: this member's part in a forward (and backward)
+  // that the other members run while it has no tokens of its own. Every MoE
+  // layer runs in order on zero rows, which still joins the layer's
+  // exchanges and computes this member's experts over the rows the others
+  // send. Returns the last layer's [0, d_model] output; backward() of its
+  // sum() joins the backward exchanges (and gives this member's experts the
+  // gradients of the others' rows). The caller decides grad mode, as for
+  // forward(). Without an expert group it does nothing and returns an
+  // undefined tensor.
+  torch::Tensor idle_expert_pass();
 
   // Experts per token every MoE layer routes to from now on: 0 = moe.top_k
   // (the trained routing), else 1..moe.num_experts. Actors set it on their
@@ -187,9 +201,14 @@ class PolicyImpl : public torch::nn::Module {
   config::ModelSection model_;
   config::MoeSection moe_;
   std::vector<std::int64_t> moe_layers_;  // indices of the MoE layers
-  std::int64_t active_experts_ = 0;       // see active_experts()
+  std::shared_ptr<moe::ExpertExchange> expert_group_;
+  std::int64_t active_experts_ = 0;  // see active_experts()
 };
 TORCH_MODULE(Policy);
+
+// A policy split over `expert_group` holding the member's share of `whole`'s
+// weights (its experts' slice, everything else as is).
+Policy share_of(const PolicyImpl& whole, std::shared_ptr<moe::ExpertExchange> expert_group);
 
 // The checkpoint tensor(s) a moerl parameter corresponds to. Stacked expert
 // tensors [E, ...] map to E names (slice e along dim 0 is the e-th name);

@@ -35,6 +35,14 @@ class World {
   MPI_Comm role_comm() const { return role_; }
   // Learner 0, the actors and standby actors: weight publication. MPI_COMM_NULL elsewhere.
   MPI_Comm sync_comm() const { return sync_; }
+  // [cluster] expert_parallel = P > 1, learners only: the P consecutive
+  // learners whose MoE layers split their routed experts (learner i is
+  // member i mod P), and the learners holding the same share as this one
+  // (one from each group: expert gradients average over them). MPI_COMM_NULL
+  // elsewhere and with P = 1.
+  MPI_Comm expert_comm() const { return expert_; }
+  MPI_Comm expert_replica_comm() const { return expert_replicas_; }
+  int expert_parallel() const { return expert_parallel_; }
 
   // The machine's hostname: fencing a lost rank by pid is only safe on it.
   const std::string& hostname() const { return hostname_; }
@@ -50,12 +58,17 @@ class World {
   int compute_threads() const { return compute_threads_; }
 
  private:
+  void split_expert_groups(std::int64_t expert_parallel);
+
   RankLayout layout_;
   RankAssignment self_;
   MPI_Comm world_ = MPI_COMM_NULL;
   MPI_Comm messages_ = MPI_COMM_NULL;
   MPI_Comm role_ = MPI_COMM_NULL;
   MPI_Comm sync_ = MPI_COMM_NULL;
+  MPI_Comm expert_ = MPI_COMM_NULL;
+  MPI_Comm expert_replicas_ = MPI_COMM_NULL;
+  int expert_parallel_ = 1;
   std::string hostname_;
   std::string placement_host_;
   int ranks_on_host_ = 1;
