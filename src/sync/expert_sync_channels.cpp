@@ -47,8 +47,9 @@ struct LayoutRecord {
   std::int64_t learner_members = 0;
   std::int64_t actor_members = 0;
   std::int64_t model_fingerprint = 0;  // the bits of the uint64
+  std::int64_t failed = 0;             // 1: the rank's own views were refused
 
-  static constexpr size_t kFields = 6;
+  static constexpr size_t kFields = 7;
   ExpertSyncLayout layout() const {
     return {experts, static_cast<int>(learner_members), static_cast<int>(actor_members)};
   }
@@ -93,20 +94,26 @@ void check_records(const std::vector<LayoutRecord>& records) {
 
 ExpertSyncChannels::ExpertSyncChannels(MPI_Comm comm, ExpertSyncLayout layout, ExpertSyncSide side, int member,
                                        std::vector<ShardedWeightView> views, double timeout_s)
-    : side_(side), member_(member), views_(std::move(views)), plan_(layout, synced_parameters(views_, layout, side)) {
+    : side_(side), member_(member), views_(std::move(views)) {
+  std::string local_error;
+  try {
+    plan_.emplace(layout, synced_parameters(views_, layout, side));
+  } catch (const Error& e) {
+    local_error = e.what();  // raised after the check, which the other ranks are waiting in
+  }
   // A duplicate: the check's collective and the splits never match the caller's own.
   comm::MpiCommunicator all(comm, "expert weight sync (" + describe(layout) + ")");
-  check_layout(all, timeout_s);
-  split_channels(all, all.comm(), actor_members_);
+  check_layout(all, layout, local_error, timeout_s);
+  split_channels(all, all.comm());
 }
 
 ExpertSyncChannels::~ExpertSyncChannels() = default;
 
-void ExpertSyncChannels::check_layout(comm::Communicator& all, double timeout_s) {
-  const ExpertSyncLayout& layout = plan_.layout();
+void ExpertSyncChannels::check_layout(comm::Communicator& all, const ExpertSyncLayout& layout,
+                                      const std::string& local_error, double timeout_s) {
   const size_t n = static_cast<size_t>(all.size());
   std::vector<std::int64_t> gathered(n * LayoutRecord::kFields, 0);  // an all-gather as a sum of disjoint slots
-  const std::uint64_t fingerprint = plan_.model_fingerprint();
+  const std::uint64_t fingerprint = plan_ ? plan_->model_fingerprint() : 0;
   std::int64_t fingerprint_bits = 0;
   std::memcpy(&fingerprint_bits, &fingerprint, sizeof fingerprint);
   const std::int64_t mine[LayoutRecord::kFields] = {side_ == Side::ExpertSyncLearner ? 0 : 1,
@@ -114,28 +121,33 @@ void ExpertSyncChannels::check_layout(comm::Communicator& all, double timeout_s)
                                                     layout.experts,
                                                     layout.learner_members,
                                                     layout.actor_members,
-                                                    fingerprint_bits};
+                                                    fingerprint_bits,
+                                                    local_error.empty() ? 0 : 1};
   std::memcpy(gathered.data() + static_cast<size_t>(all.rank()) * LayoutRecord::kFields, mine, sizeof mine);
   all.allreduce_sum(gathered.data(), gathered.size(), comm::DataType::Int64, timeout_s);
   std::vector<LayoutRecord> records(n);
   for (size_t r = 0; r < n; ++r) {
     const std::int64_t* f = gathered.data() + r * LayoutRecord::kFields;
-    records[r] = {f[0], f[1], f[2], f[3], f[4], f[5]};
+    records[r] = {f[0], f[1], f[2], f[3], f[4], f[5], f[6]};
   }
+  if (!local_error.empty()) throw SyncError(local_error);
+  for (size_t r = 0; r < n; ++r)
+    if (records[r].failed)
+      throw SyncError("expert weight sync: " + describe(records[r], static_cast<int>(r)) +
+                      " could not set up its side of the sync (its own error says why)");
   check_records(records);
   for (size_t r = static_cast<size_t>(layout.learner_members); r < n; ++r)
     actor_members_.push_back(static_cast<int>(records[r].member));
 }
 
-void ExpertSyncChannels::split_channels(comm::Communicator& all, MPI_Comm parent,
-                                        const std::vector<int>& actor_members) {
-  const auto& channels = plan_.channels();
+void ExpertSyncChannels::split_channels(comm::Communicator& all, MPI_Comm parent) {
+  const auto& channels = plan_->channels();
   communicators_.resize(channels.size());
   const int rank = all.rank();
   for (size_t c = 0; c < channels.size(); ++c) {
     const SyncChannel& channel = channels[c];
     bool reached = false;
-    for (int a : actor_members) reached = reached || channel.reaches(a);
+    for (int a : actor_members_) reached = reached || channel.reaches(a);
     if (!reached) continue;  // the same on every rank: actor_members is everyone's
     const bool member = side_ == Side::ExpertSyncLearner ? channel.learner == member_ : channel.reaches(member_);
     MPI_Comm split = MPI_COMM_NULL;
@@ -154,7 +166,7 @@ comm::Communicator& ExpertSyncChannels::communicator(size_t channel) const {
 }
 
 std::vector<WeightView> ExpertSyncChannels::channel_views(size_t channel) const {
-  const SyncChannel& c = plan_.channels().at(channel);
+  const SyncChannel& c = plan_->channels().at(channel);
   std::vector<WeightView> views;
   for (const ChannelPiece& piece : c.pieces) {
     const WeightView& whole = views_[piece.parameter].view;

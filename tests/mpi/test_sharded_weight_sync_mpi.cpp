@@ -8,11 +8,14 @@
 // layout mismatch ends every rank with an error naming both sides' P.
 //
 // Ranks 0..L-1 are learners (the ones past P_L idle), the rest actors; run on
-// 4 ranks (2 learners, 2 actors) and on 6 (2 learners and 4 actors, or 4 and 2).
+// 4 ranks (2 learners, 2 actors) and on 6 (2 learners and 4 actors, or 4 and
+// 2, where P_A = 4 leaves actor members 2 and 3 without actors: their
+// channels are not made, and learner members 2 and 3 publish nothing).
 
 #include <mpi.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -165,8 +168,11 @@ void run_learner(const Case& c, const Configs& configs, MPI_Comm comm, int membe
   for (std::int64_t v = 1; v <= 3; ++v) {
     set_version(*policy, v, member, c.learner_members);
     host.pull();
-    if (v == 2 && member == c.learner_members - 1)
-      publisher.corrupt_next_publication(corrupted_channel(publisher.plan(), c.learner_members), 0);
+    const size_t corrupted = corrupted_channel(publisher.plan(), c.learner_members);
+    const auto& mine = publisher.channels();
+    // A channel no actor holds is never made (P_A = 4 with 2 actors): nothing to corrupt then.
+    if (v == 2 && std::find(mine.begin(), mine.end(), corrupted) != mine.end())
+      publisher.corrupt_next_publication(corrupted, 0);
     publisher.publish(v);
     publisher.finish();
     size_t published = 0;
@@ -228,7 +234,7 @@ std::vector<Case> cases(int world) {
             {2, 1, 1, torch::kFloat32, false}};
   return {{2, 2, 1, torch::kFloat32, true},   {2, 2, 2, torch::kFloat32, false}, {2, 2, 4, torch::kFloat32, true},
           {2, 1, 4, torch::kBFloat16, false}, {2, 1, 2, torch::kFloat32, true},  {4, 4, 2, torch::kFloat32, false},
-          {4, 4, 1, torch::kBFloat16, true}};
+          {4, 4, 1, torch::kBFloat16, true},  {4, 4, 4, torch::kFloat32, true}};
 }
 
 }  // namespace

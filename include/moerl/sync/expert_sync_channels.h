@@ -12,7 +12,10 @@
 //      then runs the same checks on the same records, so a mismatch (an actor
 //      configured for another P_L, a learner at the wrong rank, another
 //      model) ends every rank with the same error naming both sides' layout,
-//      before anything could wait on a split that some rank never makes;
+//      before anything could wait on a split that some rank never makes. A
+//      rank whose own views are wrong (a split tensor that cannot hold E/P
+//      experts) still joins the check, so that the others fail with it
+//      instead of waiting;
 //   2. splits one communicator per channel that has receivers (MPI_Comm_split,
 //      in the plan's channel order, each rank passing MPI_UNDEFINED for the
 //      channels it has no part in): the learner member first (rank 0, the
@@ -25,6 +28,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,7 +55,7 @@ class ExpertSyncChannels {
                      std::vector<ShardedWeightView> views, double timeout_s);
   ~ExpertSyncChannels();
 
-  const ExpertSyncPlan& plan() const { return plan_; }
+  const ExpertSyncPlan& plan() const { return *plan_; }
   // Indices into plan().channels() of the channels this rank publishes
   // (learner) or receives (actor), in plan order; each has a communicator.
   const std::vector<size_t>& mine() const { return mine_; }
@@ -61,14 +65,15 @@ class ExpertSyncChannels {
   std::vector<WeightView> channel_views(size_t channel) const;
 
  private:
-  void check_layout(comm::Communicator& all, double timeout_s);
-  void split_channels(comm::Communicator& all, MPI_Comm parent, const std::vector<int>& actor_members);
+  void check_layout(comm::Communicator& all, const ExpertSyncLayout& layout, const std::string& local_error,
+                    double timeout_s);
+  void split_channels(comm::Communicator& all, MPI_Comm parent);
 
   ExpertSyncSide side_;
   int member_;
   std::vector<ShardedWeightView> views_;
-  ExpertSyncPlan plan_;
-  std::vector<int> actor_members_;  // of every actor in the communicator, gathered by check_layout
+  std::optional<ExpertSyncPlan> plan_;  // always set once constructed
+  std::vector<int> actor_members_;      // of every actor in the communicator, gathered by check_layout
   std::vector<size_t> mine_;
   std::vector<std::unique_ptr<comm::Communicator>> communicators_;  // per plan channel; null where not a member
 };
