@@ -270,27 +270,61 @@ TEST_CASE("each actor receives exactly its share of the experts from the learner
   }
 }
 
-TEST_CASE("a layout mismatch between learners and actors names both sides' sizes", "[sharded_sync]") {
-  // The actors believe in one learner member while two publish: every rank
-  // fails in the constructor with the same error, before any channel exists.
+namespace {
+
+// Constructs this rank's side of a sync (learners: ranks 0 and 1) and expects the error `matches`.
+void expect_refused(const sync::ExpertSyncLayout& layout, int member, const std::vector<sync::ShardedWeightView>& views,
+                    const Catch::Matchers::Impl::MatcherBase<std::string>& matches) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const Configs configs;
-  const bool learner = rank < 2;
-  const int actor_members = 2;
-  const int learner_members = learner ? 2 : 1;
-  const int member = learner ? rank : (rank - 2) % actor_members;
-  model::Policy policy = share_of_policy(configs, member, learner ? 2 : actor_members);
-  const auto views = sync::policy_sync_views(*policy, sync::module_weight_views(*policy));
-  const sync::ExpertSyncLayout layout{kExperts, learner_members, actor_members};
   const auto construct = [&] {
-    if (learner)
+    if (rank < 2)
       sync::ShardedWeightPublisher(MPI_COMM_WORLD, layout, member, views, {});
     else
       sync::ShardedWeightReceiver(MPI_COMM_WORLD, layout, member, views, {});
   };
-  CHECK_THROWS_WITH(construct(), Catch::Contains("layout mismatch") &&
-                                     Catch::Contains("learner member 0 (rank 0, E = 8, P_L = 2, P_A = 2)") &&
-                                     Catch::Contains("actor member 0 (rank 2, E = 8, P_L = 1, P_A = 2)"));
+  CHECK_THROWS_WITH(construct(), matches);
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+}  // namespace
+
+TEST_CASE("a layout mismatch between learners and actors ends every rank naming both sides", "[sharded_sync]") {
+  // Every rank fails in the constructor, before any channel exists, whichever
+  // rank is wrong: no rank is left waiting in a split the others never make.
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const bool learner = rank < 2;
+  const int member = learner ? rank : (rank - 2) % 2;
+  Configs configs;
+
+  SECTION("the actors believe in one learner member while two publish") {
+    model::Policy policy = share_of_policy(configs, member, 2);
+    const auto views = sync::policy_sync_views(*policy, sync::module_weight_views(*policy));
+    expect_refused({kExperts, learner ? 2 : 1, 2}, member, views,
+                   Catch::Contains("layout mismatch") &&
+                       Catch::Contains("learner member 0 (rank 0, E = 8, P_L = 2, P_A = 2)") &&
+                       Catch::Contains("actor member 0 (rank 2, E = 8, P_L = 1, P_A = 2)"));
+  }
+  SECTION("the actors hold another model") {
+    if (!learner) configs.moe.d_expert = 16;
+    model::Policy policy = share_of_policy(configs, member, 2);
+    const auto views = sync::policy_sync_views(*policy, sync::module_weight_views(*policy));
+    expect_refused({kExperts, 2, 2}, member, views,
+                   Catch::Contains("actor member 0 (rank 2, E = 8, P_L = 2, P_A = 2) holds another model than "
+                                   "learner member 0"));
+  }
+  SECTION("one actor's expert tensor cannot hold its share") {
+    model::Policy policy = share_of_policy(configs, member, 2);
+    auto views = sync::policy_sync_views(*policy, sync::module_weight_views(*policy));
+    if (rank == 2)
+      for (auto& v : views)
+        if (v.split) v.view.bytes -= 1;  // not a whole number of experts
+    const std::string own = "split parameter layers.0.mlp.experts.gate_proj (12287 bytes) cannot hold 4 experts";
+    if (rank == 2)
+      expect_refused({kExperts, 2, 2}, member, views, Catch::Contains(own));
+    else
+      expect_refused({kExperts, 2, 2}, member, views,
+                     Catch::Contains("actor member 0 (rank 2, E = 8, P_L = 2, P_A = 2) could not set up its side"));
+  }
 }
