@@ -99,7 +99,7 @@ class ExpertSyncPlan {
   // The bytes of parameter p as a member of either side holds it.
   size_t learner_bytes(size_t parameter) const;
   size_t actor_bytes(size_t parameter) const;
-  // Everything actor member a holds, and so receives per version.
+  // Everything an actor holds (any member: the shares are equal), and so receives per version.
   size_t actor_total_bytes() const;
 
   // FNV-1a over E and the parameters (names, split, bytes): the whole model,
