@@ -183,6 +183,9 @@ class WeightReceiver {
   // (or the current one if none is ready).
   std::int64_t apply();
   std::int64_t current_version() const { return current_version_; }
+  // Drops the ready version unapplied, so that the next one is received: a
+  // sharded receiver (sharded_weight_sync.h) whose other channel refused it.
+  void discard_ready() { ready_version_ = current_version_; }
   bool closed() const { return closed_; }
   // Blocks until a version is ready or the publisher closed (with the timeout).
   bool wait_ready(double timeout_s);
