@@ -4,7 +4,8 @@
 // Q ranks) resumes it. Parameters and AdamW state must then equal, bitwise,
 // the saving group's gathered (logical) state, and one further step must
 // match the saving group's own next step on the same data. Scenarios at 2
-// ranks: 2->1, 1->2, 2->2; at 4 ranks: 2->1, 2->4, 4->2, 1->4.
+// ranks: 2->1, 1->2, 2->2; at 4 ranks: 2->1, 2->4, 4->2, 1->4. And
+// learner::load_policy (a torch::save file of the whole policy) into a split one.
 //
 // Also the hidden [ep_checkpoint_probe] (for tests/cli/test_expert_checkpoint.sh,
 // 2 ranks): the same weights saved at expert-parallel 2 and unsplit.
@@ -24,6 +25,7 @@
 #include "moerl/config/config.h"
 #include "moerl/learner/checkpointing.h"
 #include "moerl/learner/gradient_averaging.h"
+#include "moerl/learner/pretrain.h"
 #include "moerl/learner/sharded_weights.h"
 #include "moerl/model/policy.h"
 #include "moerl/setup/config_loading.h"
@@ -337,6 +339,35 @@ TEST_CASE("a version of another expert count is refused, naming both layouts", "
     std::filesystem::remove_all(std::filesystem::path(directory).parent_path());
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("load_policy gives a split policy its rows of the file's whole tensors", "[expert_checkpoint]") {
+  const std::string directory = shared_directory("init");
+  const std::string path = directory + "/policy.pt";
+  torch::manual_seed(21);
+  model::Policy whole(small_model(), small_moe());
+  if (world_rank() == 0) {
+    std::filesystem::create_directories(directory);
+    torch::save(whole, path);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  {
+    FirstRanks group(2);
+    if (group.member()) {
+      GroupLearner split(*group.comm, 99);
+      learner::load_policy(split.policy, path);
+      const learner::ExpertLayout layout = learner::expert_layout(*split.policy);
+      const auto wanted = learner::trained_arrays(*whole, nullptr);
+      const auto loaded = learner::trained_arrays(*split.policy, nullptr);
+      REQUIRE(wanted.size() == loaded.size());
+      for (size_t i = 0; i < loaded.size(); ++i) {
+        INFO(loaded[i].name);
+        CHECK(torch::equal(loaded[i].tensor, own_rows(wanted[i].tensor, loaded[i], layout)));
+      }
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(std::filesystem::path(directory).parent_path());
 }
 
 // For tests/cli/test_expert_checkpoint.sh on 2 ranks: the policy of the
