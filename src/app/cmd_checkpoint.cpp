@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "moerl/core/error.h"
 #include "moerl/learner/evaluation_record.h"
 #include "moerl/storage/checkpoint_store.h"
+#include "moerl/storage/expert_shards.h"
 
 namespace moerl::app {
 
@@ -222,9 +224,34 @@ std::string first_difference(const storage::ArrayInfo& info, const std::vector<s
   return out.str();
 }
 
-// Compares two versions shard by shard: every array's bytes and every
+// The attribute differences of two shards, `where` naming the shard.
+void diff_attributes(const storage::CheckpointReader& a, const storage::CheckpointReader& b, const std::string& where,
+                     const std::string& label_a, const std::string& label_b,
+                     const std::function<bool(const std::string&)>& is_ignored, std::vector<std::string>& differences,
+                     std::size_t& compared) {
+  for (const auto& [name, value] : a.attributes()) {
+    if (is_ignored(name)) continue;
+    const auto it = b.attributes().find(name);
+    if (it == b.attributes().end()) {
+      differences.push_back("attribute " + name + where + ": only in " + label_a);
+    } else if (it->second != value) {
+      differences.push_back("attribute " + name + where + ": " + attribute_text(value) + " vs " +
+                            attribute_text(it->second));
+    }
+    ++compared;
+  }
+  for (const auto& [name, value] : b.attributes())
+    if (!is_ignored(name) && !a.attributes().count(name))
+      differences.push_back("attribute " + name + where + ": only in " + label_b);
+}
+
+// Compares two versions as logical arrays: an expert-parallel version's
+// expert arrays gathered whole (storage/expert_shards.h), so the same
+// weights saved in two layouts are identical. Every array's bytes and every
 // attribute except the ones that differ between any two saves (creation
-// time, the resolved config with its run name) and those under --ignore.
+// time, the resolved config with its run name), the expert layout, and those
+// under --ignore; attributes shard by shard when both have as many shards,
+// else shard 0's.
 int run_diff(const CheckpointOptions& options) {
   const auto [dir_a, which_a] = split_version_spec(options.dir);
   const auto [dir_b, which_b] = split_version_spec(options.other);
@@ -234,58 +261,45 @@ int run_diff(const CheckpointOptions& options) {
   const std::int64_t version_a = store_a.resolve(which_a), version_b = store_b.resolve(which_b);
   const std::string label_a = dir_a + ":" + CheckpointStore::version_label(version_a);
   const std::string label_b = dir_b + ":" + CheckpointStore::version_label(version_b);
-  std::vector<std::string> ignored = {storage::attribute_key::kCreatedUnix, storage::attribute_key::kConfigToml};
+  std::vector<std::string> ignored = {storage::attribute_key::kCreatedUnix, storage::attribute_key::kConfigToml,
+                                      storage::kExpertLayoutPrefix};
   ignored.insert(ignored.end(), options.ignore.begin(), options.ignore.end());
   auto is_ignored = [&](const std::string& name) {
     return std::any_of(ignored.begin(), ignored.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
   };
+  const storage::ShardedVersion a(store_a, version_a), b(store_b, version_b);
   std::vector<std::string> differences;
-  const int shards = store_a.num_shards(version_a);
-  if (shards != store_b.num_shards(version_b))
-    differences.push_back("shards: " + std::to_string(shards) + " vs " + std::to_string(store_b.num_shards(version_b)));
   std::uint64_t compared_bytes = 0;
   std::size_t compared_arrays = 0, compared_attributes = 0;
   std::map<std::string, int> arrays_by_group;  // "model" -> arrays compared under model/
-  for (int rank = 0; rank < shards && differences.empty(); ++rank) {
-    const storage::CheckpointReader a = store_a.open_shard(version_a, rank);
-    const storage::CheckpointReader b = store_b.open_shard(version_b, rank);
-    const std::string where = shards > 1 ? " (shard " + std::to_string(rank) + ")" : "";
-    for (const storage::ArrayInfo& info : a.arrays()) {
-      if (is_ignored(info.name)) continue;
-      const storage::ArrayInfo* other = b.find(info.name);
-      if (!other) {
-        differences.push_back("array " + info.name + where + ": only in " + label_a);
-      } else if (other->dtype != info.dtype || other->shape != info.shape) {
-        differences.push_back("array " + info.name + where + ": " + storage::dtype_name(info.dtype) +
-                              storage::shape_text(info.shape) + " vs " + storage::dtype_name(other->dtype) +
-                              storage::shape_text(other->shape));
-      } else {
-        const std::vector<std::uint8_t> bytes_a = a.read(info.name), bytes_b = b.read(info.name);
-        if (bytes_a != bytes_b)
-          differences.push_back("array " + info.name + where + ": " + first_difference(info, bytes_a, bytes_b));
-        compared_bytes += bytes_a.size();
-        ++compared_arrays;
-        ++arrays_by_group[info.name.substr(0, info.name.find('/'))];
-      }
+  for (const storage::ArrayInfo& info : a.arrays()) {
+    if (is_ignored(info.name)) continue;
+    const storage::ArrayInfo* other = b.find(info.name);
+    if (!other) {
+      differences.push_back("array " + info.name + ": only in " + label_a);
+    } else if (other->dtype != info.dtype || other->shape != info.shape) {
+      differences.push_back("array " + info.name + ": " + storage::dtype_name(info.dtype) +
+                            storage::shape_text(info.shape) + " vs " + storage::dtype_name(other->dtype) +
+                            storage::shape_text(other->shape));
+    } else {
+      const std::vector<std::uint8_t> bytes_a = a.read(info.name), bytes_b = b.read(info.name);
+      if (bytes_a != bytes_b)
+        differences.push_back("array " + info.name + ": " + first_difference(info, bytes_a, bytes_b));
+      compared_bytes += bytes_a.size();
+      ++compared_arrays;
+      ++arrays_by_group[info.name.substr(0, info.name.find('/'))];
     }
-    for (const storage::ArrayInfo& info : b.arrays())
-      if (!is_ignored(info.name) && !a.find(info.name))
-        differences.push_back("array " + info.name + where + ": only in " + label_b);
-    for (const auto& [name, value] : a.attributes()) {
-      if (is_ignored(name)) continue;
-      const auto it = b.attributes().find(name);
-      if (it == b.attributes().end()) {
-        differences.push_back("attribute " + name + where + ": only in " + label_a);
-      } else if (it->second != value) {
-        differences.push_back("attribute " + name + where + ": " + attribute_text(value) + " vs " +
-                              attribute_text(it->second));
-      }
-      ++compared_attributes;
-    }
-    for (const auto& [name, value] : b.attributes())
-      if (!is_ignored(name) && !a.attributes().count(name))
-        differences.push_back("attribute " + name + where + ": only in " + label_b);
   }
+  for (const storage::ArrayInfo& info : b.arrays())
+    if (!is_ignored(info.name) && !a.find(info.name))
+      differences.push_back("array " + info.name + ": only in " + label_b);
+  const int shards = a.num_shards() == b.num_shards() ? a.num_shards() : 1;
+  for (int rank = 0; rank < shards; ++rank)
+    diff_attributes(a.shard(rank), b.shard(rank), shards > 1 ? " (shard " + std::to_string(rank) + ")" : "", label_a,
+                    label_b, is_ignored, differences, compared_attributes);
+  if (a.layout_text() != b.layout_text())
+    std::cout << "layouts differ (compared as whole arrays): " << label_a << " is " << a.layout_text() << ", "
+              << label_b << " is " << b.layout_text() << "\n";
   if (differences.empty()) {
     std::vector<std::string> groups;
     for (const auto& [group, count] : arrays_by_group) groups.push_back(group + " " + std::to_string(count));

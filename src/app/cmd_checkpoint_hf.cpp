@@ -17,6 +17,7 @@
 #include "moerl/hf/hf_weights.h"
 #include "moerl/setup/config_loading.h"
 #include "moerl/storage/checkpoint_store.h"
+#include "moerl/storage/expert_shards.h"
 
 namespace moerl::app {
 
@@ -32,11 +33,14 @@ int run_export_hf(const CheckpointStore& store, const CheckpointOptions& options
   const auto start = std::chrono::steady_clock::now();
   const std::int64_t version = store.resolve(options.version);
   const std::string label = CheckpointStore::version_label(version);
-  const storage::CheckpointReader reader = store.open_shard(version, 0);  // learner 0 writes the policy
+  // Every shard: an expert-parallel version's expert tensors are gathered
+  // whole, so the export is the same whatever layout the version was saved in.
+  const storage::ShardedVersion reader(store, version);
   // The run's resolved configuration decides the architecture (and, for an
   // hf: source, where the tokenizer files are).
-  const config::Config config = setup::load_config_text(reader.string_attribute(storage::attribute_key::kConfigToml),
-                                                        store.directory() + "/" + label + " (config_toml)");
+  const config::Config config =
+      setup::load_config_text(reader.primary().string_attribute(storage::attribute_key::kConfigToml),
+                              store.directory() + "/" + label + " (config_toml)");
   const std::vector<hf::ParameterShape> shapes = hf::policy_parameter_shapes(config.model, config.moe);
   std::vector<storage::ArraySpec> expected;
   for (const auto& s : shapes) expected.push_back({kModelPrefix + s.name, storage::DType::Float32, s.shape});

@@ -8,11 +8,14 @@
 #include <sstream>
 #include <type_traits>
 
+#include "moerl/comm/communicator.h"
 #include "moerl/config/config.h"
 #include "moerl/core/check.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/storage/archive.h"
+#include "moerl/learner/sharded_weights.h"
 #include "moerl/storage/checkpoint_store.h"
+#include "moerl/storage/expert_shards.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::learner {
@@ -20,107 +23,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kLegacyOptimizerArray = "optimizer/torch_state";
 constexpr const char* kLagArray = "state/staleness/tokens_by_lag";
 constexpr const char* kTakenGroups = "staleness.taken_groups";
 constexpr const char* kDroppedGroups = "staleness.dropped_groups";
 constexpr const char* kLearnerRngPrefix = "rng/learner";
 constexpr const char* kActorRngScheme = "rng.actors";
 constexpr const char* kCoordinatorBooks = "coordinator.books";
-
-// The optimizer's per-parameter state key: a string in LibTorch 1.x, the
-// TensorImpl pointer in 2.x. The 1.x string is the pointer streamed to an
-// ostream (what 1.x's c10::guts::to_string did; 2.x removed that helper).
-template <typename Map>
-typename Map::key_type state_key(const Map&, const torch::Tensor& p) {
-  using Key = typename Map::key_type;
-  if constexpr (std::is_same_v<Key, std::string>) {
-    std::ostringstream key;
-    key << p.unsafeGetTensorImpl();
-    return key.str();
-  } else {
-    return static_cast<Key>(p.unsafeGetTensorImpl());
-  }
-}
-
-std::string optimizer_prefix(size_t group, size_t index) {
-  return "optimizer/group" + std::to_string(group) + "/param" + std::to_string(index) + "/";
-}
-
-void add_tensor(storage::CheckpointWriter& writer, const std::string& name, const torch::Tensor& t) {
-  const torch::Tensor c = t.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  writer.add_array(name, storage::DType::Float32, storage::Shape(c.sizes().begin(), c.sizes().end()), c.data_ptr(),
-                   static_cast<size_t>(c.numel()) * sizeof(float));
-}
-
-// AdamW's state as plain arrays, one set per parameter (by param group and
-// position, so the value head of PPO is covered too): step, exp_avg,
-// exp_avg_sq. Plain arrays, unlike LibTorch's own serialisation (a
-// TorchScript archive with per-save unique names), are bitwise reproducible,
-// comparable by `moerl checkpoint diff`, and independent of the LibTorch version.
-void add_optimizer_state(storage::CheckpointWriter& writer, torch::optim::Optimizer& optimizer) {
-  auto& states = optimizer.state();
-  const auto& groups = optimizer.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto& params = groups[g].params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      const auto it = states.find(state_key(states, params[i]));
-      if (it == states.end()) continue;  // never stepped
-      const auto* adam = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
-      MOERL_CHECK(adam != nullptr, "checkpoints hold AdamW optimizer state only");
-      const std::string prefix = optimizer_prefix(g, i);
-      const std::int64_t step = adam->step();
-      writer.add_array(prefix + "step", storage::DType::Int64, {}, &step, sizeof step);
-      add_tensor(writer, prefix + "exp_avg", adam->exp_avg());
-      add_tensor(writer, prefix + "exp_avg_sq", adam->exp_avg_sq());
-      if (adam->max_exp_avg_sq().defined()) add_tensor(writer, prefix + "max_exp_avg_sq", adam->max_exp_avg_sq());
-    }
-  }
-}
-
-torch::Tensor read_like(const storage::CheckpointReader& reader, const std::string& name, const torch::Tensor& like) {
-  // check_arrays names file and dataset when dtype or shape differ from the
-  // parameter's; the data then goes straight into the tensor (no staging
-  // buffer to zero and copy: 2 of every 3 arrays of a checkpoint are these).
-  reader.check_arrays(
-      {storage::ArraySpec{name, storage::DType::Float32, storage::Shape(like.sizes().begin(), like.sizes().end())}});
-  torch::Tensor t = torch::empty(like.sizes(), torch::kFloat32);
-  reader.read_into(name, t.data_ptr(), static_cast<size_t>(t.numel()) * sizeof(float));
-  return t.to(like.options());
-}
-
-void read_optimizer_state(const storage::CheckpointReader& reader, torch::optim::Optimizer& optimizer) {
-  auto& states = optimizer.state();
-  const auto& groups = optimizer.param_groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const auto& params = groups[g].params();
-    for (size_t i = 0; i < params.size(); ++i) {
-      const std::string prefix = optimizer_prefix(g, i);
-      const auto key = state_key(states, params[i]);
-      if (!reader.find(prefix + "step")) {
-        states.erase(key);
-        continue;
-      }
-      std::int64_t step = 0;
-      reader.read_into(prefix + "step", &step, sizeof step);
-      auto state = std::make_unique<torch::optim::AdamWParamState>();
-      state->step(step);
-      state->exp_avg(read_like(reader, prefix + "exp_avg", params[i]));
-      state->exp_avg_sq(read_like(reader, prefix + "exp_avg_sq", params[i]));
-      if (reader.find(prefix + "max_exp_avg_sq"))
-        state->max_exp_avg_sq(read_like(reader, prefix + "max_exp_avg_sq", params[i]));
-      states[key] = std::move(state);
-    }
-  }
-}
-
-// Checkpoints written before the array layout: LibTorch's serialisation as bytes.
-void load_optimizer_bytes(torch::optim::Optimizer& optimizer, const std::vector<std::uint8_t>& bytes) {
-  std::istringstream in(std::string(bytes.begin(), bytes.end()));
-  torch::serialize::InputArchive archive;
-  archive.load_from(in);
-  optimizer.load(archive);
-}
 
 storage::FaultPoint fault_point(config::CheckpointCrashPoint point) {
   switch (point) {
@@ -133,50 +41,68 @@ storage::FaultPoint fault_point(config::CheckpointCrashPoint point) {
   return storage::FaultPoint::None;
 }
 
-// Every trained tensor under its array name: the policy's under "model/",
-// PPO's value head (when there is one) under "value_head/".
-std::vector<std::pair<std::string, torch::Tensor>> trained_arrays(model::PolicyImpl& policy,
-                                                                  torch::nn::Module* value_head) {
-  std::vector<std::pair<std::string, torch::Tensor>> arrays;
-  for (const auto& item : policy.named_parameters()) arrays.emplace_back("model/" + item.key(), item.value());
-  if (value_head)
-    for (const auto& item : value_head->named_parameters())
-      arrays.emplace_back("value_head/" + item.key(), item.value());
-  return arrays;
+// The member of `group` this learner is, checked against the policy's own
+// expert group: the shards must hold what the policy holds.
+ExpertLayout saving_layout(const model::PolicyImpl& policy, const ShardGroup& group) {
+  const ExpertLayout layout = expert_layout(policy);
+  const int member = group.members ? group.members->rank() : 0;
+  const int members = group.members ? group.members->size() : 1;
+  if (layout.members != members || layout.member != member)
+    throw Error("checkpoint save: member " + std::to_string(member) + " of a shard group of " +
+                std::to_string(members) + " holds a policy that is " + layout.text() +
+                "; a policy with split experts saves with its expert group (ShardGroup::members)");
+  return layout;
 }
 
-// Reads one complete version into the policy (and value head and optimizer);
-// checks every array against it first, so nothing is half-loaded.
+// Learner 0's part of a version (the expert group's member 0): the learner
+// state, RNG, staleness account, coordinator cursor, config and metrics.
+void add_learner_state(storage::CheckpointWriter& writer, const CheckpointSettings& settings,
+                       const LearnerState& state) {
+  for (size_t rank = 0; rank < state.rng_states.size(); ++rank) {
+    const auto& rng = state.rng_states[rank];
+    writer.add_array(kLearnerRngPrefix + std::to_string(rank), storage::DType::UInt8,
+                     {static_cast<std::int64_t>(rng.size())}, rng.data(), rng.size());
+  }
+  // At least one bucket, so that the array always exists.
+  std::vector<std::int64_t> lags = state.staleness.tokens_by_lag;
+  if (lags.empty()) lags.push_back(0);
+  writer.add_array(kLagArray, storage::DType::Int64, {static_cast<std::int64_t>(lags.size())}, lags.data(),
+                   lags.size() * sizeof(std::int64_t));
+  writer.set_attribute(kTakenGroups, state.staleness.taken_groups);
+  writer.set_attribute(kDroppedGroups, state.staleness.dropped_groups);
+  writer.set_attribute(
+      kActorRngScheme,
+      std::string(settings.deterministic ? "counter-based: splitmix64(run seed, task seed, sample index) per episode, "
+                                           "token position as the counter; no state to save"
+                                         : "counter-based: splitmix64(episode id, run seed) per episode, token "
+                                           "position as the counter; no state to save"));
+  writer.set_attribute(storage::attribute_key::kLearnerStep, state.step);
+  writer.set_attribute(storage::attribute_key::kPolicyVersion, state.version);
+  writer.set_attribute("coordinator.next_group", state.next_group);
+  writer.set_attribute("coordinator.next_seed", state.next_seed);
+  if (!state.coordinator_books.empty()) writer.set_attribute(kCoordinatorBooks, state.coordinator_books);
+  writer.set_attribute(storage::attribute_key::kConfigToml, settings.config_toml);
+  writer.set_attribute(std::string(storage::attribute_key::kMetricPrefix) + "reward_mean", state.reward_mean);
+}
+
+// Reads one complete version, in whatever expert layout it was saved, into
+// the policy (and value head and optimizer) in this learner's layout; checks
+// every array first, so nothing is half-loaded.
 LearnerState read_version(const storage::CheckpointStore& store, std::int64_t version, model::PolicyImpl& policy,
                           torch::optim::Optimizer* optimizer, torch::nn::Module* value_head) {
-  const storage::CheckpointReader reader = store.open_shard(version, 0);
+  const storage::ShardedVersion shards(store, version);
+  const ExpertLayout layout = expert_layout(policy);
   const auto arrays = trained_arrays(policy, value_head);
-  std::vector<storage::ArraySpec> expected;
-  for (const auto& [name, tensor] : arrays)
-    expected.push_back({name, storage::DType::Float32, storage::Shape(tensor.sizes().begin(), tensor.sizes().end())});
-  reader.check_arrays(expected);
-  {
-    torch::NoGradGuard no_grad;
-    for (const auto& [name, tensor] : arrays) {
-      torch::Tensor p = tensor;
-      const size_t bytes = static_cast<size_t>(p.numel()) * sizeof(float);
-      if (p.device().is_cpu() && p.scalar_type() == torch::kFloat32 && p.is_contiguous()) {
-        reader.read_into(name, p.data_ptr(), bytes);
-      } else {
-        // A parameter on a device (or in another dtype): through a host buffer.
-        torch::Tensor host = torch::empty(p.sizes(), torch::kFloat32);
-        reader.read_into(name, host.data_ptr(), bytes);
-        p.copy_(host);
-      }
-    }
+  try {
+    if (shards.experts() != 0 && shards.experts() != layout.experts)
+      throw storage::CheckpointError("it has " + std::to_string(shards.experts()) + " experts per MoE layer");
+    read_trained_arrays(shards, arrays, layout);
+    if (optimizer) read_optimizer_state(shards, *optimizer, arrays, layout);
+  } catch (const storage::CheckpointError& error) {
+    throw storage::CheckpointError("cannot load " + shards.label() + " (saved " + shards.layout_text() + ") into " +
+                                   layout.text() + ": " + error.what());
   }
-  if (optimizer) {
-    if (reader.find(kLegacyOptimizerArray)) {
-      load_optimizer_bytes(*optimizer, reader.read(kLegacyOptimizerArray));
-    } else {
-      read_optimizer_state(reader, *optimizer);
-    }
-  }
+  const storage::CheckpointReader& reader = shards.primary();
   LearnerState state;
   state.step = reader.int_attribute(storage::attribute_key::kLearnerStep);
   state.version = reader.int_attribute(storage::attribute_key::kPolicyVersion);
@@ -256,47 +182,33 @@ void set_cpu_generator_state(const std::vector<std::uint8_t>& state) {
 std::uint64_t save_checkpoint(const CheckpointSettings& settings, model::PolicyImpl& policy,
                               torch::optim::Optimizer& optimizer, const LearnerState& state,
                               const storage::FaultInjection& faults, std::optional<std::int64_t> latest_expected,
-                              torch::nn::Module* value_head) {
+                              torch::nn::Module* value_head, const ShardGroup& group) {
+  const ExpertLayout layout = saving_layout(policy, group);
   storage::StoreOptions options;
   options.faults = faults;
   storage::CheckpointStore store(settings.directory, options);
   std::filesystem::create_directories(store.directory());
-  auto writer = store.shard_writer(state.version, 0, 1);
-  for (const auto& [name, tensor] : trained_arrays(policy, value_head)) {
-    // Host float32 bytes whatever the device: a CPU float32 parameter as it
-    // is, a device one copied to the host one tensor at a time.
-    const torch::Tensor p = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    writer->add_array(name, storage::DType::Float32, storage::Shape(p.sizes().begin(), p.sizes().end()), p.data_ptr(),
-                      static_cast<size_t>(p.numel()) * sizeof(float));
-  }
-  add_optimizer_state(*writer, optimizer);
-  for (size_t rank = 0; rank < state.rng_states.size(); ++rank) {
-    const auto& rng = state.rng_states[rank];
-    writer->add_array(kLearnerRngPrefix + std::to_string(rank), storage::DType::UInt8,
-                      {static_cast<std::int64_t>(rng.size())}, rng.data(), rng.size());
-  }
-  // At least one bucket, so that the array always exists.
-  std::vector<std::int64_t> lags = state.staleness.tokens_by_lag;
-  if (lags.empty()) lags.push_back(0);
-  writer->add_array(kLagArray, storage::DType::Int64, {static_cast<std::int64_t>(lags.size())}, lags.data(),
-                    lags.size() * sizeof(std::int64_t));
-  writer->set_attribute(kTakenGroups, state.staleness.taken_groups);
-  writer->set_attribute(kDroppedGroups, state.staleness.dropped_groups);
-  writer->set_attribute(
-      kActorRngScheme,
-      std::string(settings.deterministic ? "counter-based: splitmix64(run seed, task seed, sample index) per episode, "
-                                           "token position as the counter; no state to save"
-                                         : "counter-based: splitmix64(episode id, run seed) per episode, token "
-                                           "position as the counter; no state to save"));
-  writer->set_attribute(storage::attribute_key::kLearnerStep, state.step);
-  writer->set_attribute(storage::attribute_key::kPolicyVersion, state.version);
-  writer->set_attribute("coordinator.next_group", state.next_group);
-  writer->set_attribute("coordinator.next_seed", state.next_seed);
-  if (!state.coordinator_books.empty()) writer->set_attribute(kCoordinatorBooks, state.coordinator_books);
-  writer->set_attribute(storage::attribute_key::kConfigToml, settings.config_toml);
-  writer->set_attribute(std::string(storage::attribute_key::kMetricPrefix) + "reward_mean", state.reward_mean);
+  auto writer = store.shard_writer(state.version, layout.member, layout.members);
+  const auto arrays = trained_arrays(policy, value_head);
+  std::vector<std::string> split = add_trained_arrays(*writer, arrays, layout);
+  const std::vector<std::string> split_moments = add_optimizer_state(*writer, optimizer, arrays, layout);
+  split.insert(split.end(), split_moments.begin(), split_moments.end());
+  if (layout.experts > 0)
+    storage::write_expert_split(*writer, {layout.member, layout.members, layout.experts, layout.rows, split});
+  if (layout.member == 0) add_learner_state(*writer, settings, state);
   const std::uint64_t bytes = writer->commit();
-  if (!store.complete_version(state.version, 1, true, latest_expected)) {
+  if (group.members && group.members->size() > 1) {
+    // Member 0 completes the version only once every shard is in place.
+    try {
+      group.members->barrier(group.timeout_s);
+    } catch (const Error& error) {
+      throw Error("checkpoint version " + std::to_string(state.version) + ": member " + std::to_string(layout.member) +
+                  " committed its shard, but the shard group '" + group.members->name() +
+                  "' did not all arrive within " + std::to_string(group.timeout_s) + " s: " + error.what());
+    }
+  }
+  if (layout.member != 0) return bytes;
+  if (!store.complete_version(state.version, layout.members, true, latest_expected)) {
     const std::optional<std::int64_t> latest = store.latest();
     spdlog::warn("checkpoint version {}: `latest` was moved to {} during the save; leaving it there", state.version,
                  latest ? storage::CheckpointStore::version_label(*latest) : std::string("nothing"));
@@ -367,7 +279,7 @@ bool CheckpointSchedule::due(std::int64_t step) const {
 }
 
 void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer, const LearnerState& state,
-                              torch::nn::Module* value_head) {
+                              torch::nn::Module* value_head, const ShardGroup& group) {
   storage::FaultInjection faults;
   const std::int64_t crash = settings_.crash_version;
   const bool this_save = crash < 0 ? saves_ == 0 : crash == state.version;
@@ -380,7 +292,7 @@ void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer
   const double started = runtime::monotonic_seconds();
   std::uint64_t bytes = 0;
   try {
-    bytes = save_checkpoint(settings_, policy, optimizer, state, faults, expected_latest_, value_head);
+    bytes = save_checkpoint(settings_, policy, optimizer, state, faults, expected_latest_, value_head, group);
   } catch (...) {
     telemetry::metrics().add("checkpoint.failures");  // seen by a scrape before the job stops
     throw;
@@ -397,7 +309,9 @@ void CheckpointSchedule::save(model::PolicyImpl& policy, torch::optim::Optimizer
   telemetry::metrics().set("checkpoint.last_success_time_s", telemetry::unix_time_seconds());
   spdlog::info("checkpoint version {} saved in {:.2f} s ({:.1f} MB, {:.2f} GB/s)", state.version, seconds,
                static_cast<double>(bytes) / 1e6, static_cast<double>(bytes) / 1e9 / std::max(seconds, 1e-9));
-  if (archiver_) archive_after_save(state.version);
+  // Member 0 completes the version, so only it knows when there is one to copy.
+  const bool completes = group.members == nullptr || group.members->rank() == 0;
+  if (archiver_ && completes) archive_after_save(state.version);
 }
 
 void CheckpointSchedule::archive_after_save(std::int64_t version) {

@@ -15,6 +15,7 @@
 #include "moerl/env/task_family.h"
 #include "moerl/env/task_mix.h"
 #include "moerl/learner/lr_schedule.h"
+#include "moerl/learner/sharded_weights.h"
 #include "moerl/text/tokenizer.h"
 
 namespace moerl::learner {
@@ -231,11 +232,19 @@ void load_policy(model::Policy policy, const std::string& path) {
   } catch (const c10::Error& error) {
     throw Error("cannot load policy weights from '" + path + "': " + error.what_without_backtrace());
   }
+  // A policy with split experts takes its rows of the file's whole expert tensors.
+  const ExpertLayout layout = expert_layout(*policy);
+  if (layout.members > 1)
+    for (const TrainedArray& array : trained_arrays(*policy, nullptr)) {
+      const auto it = saved.find(array.name.substr(std::string("model/").size()));
+      if (array.expert_rows && it != saved.end() && it->second.dim() > 0 && it->second.size(0) == layout.experts)
+        it->second = it->second.narrow(0, layout.rows.first, layout.rows.count);
+    }
   // Check everything before copying anything, so a misfit leaves the policy as it was.
   const NamedTensors wanted = policy_tensors(policy);
   if (const std::string problems = compare_tensors(saved, wanted); !problems.empty())
-    throw Error("cannot load policy weights from '" + path +
-                "': they do not fit the configured [model]/[moe]: " + problems);
+    throw Error("cannot load policy weights from '" + path + "': they do not fit the configured [model]/[moe]" +
+                (layout.members > 1 ? " (this learner is " + layout.text() + ")" : std::string()) + ": " + problems);
   torch::NoGradGuard no_grad;
   for (const auto& [name, tensor] : wanted) tensor.copy_(saved.at(name));
 }

@@ -13,6 +13,7 @@
 #include "moerl/core/json_value.h"
 #include "moerl/core/json_writer.h"
 #include "moerl/storage/atomic_file.h"
+#include "moerl/storage/expert_shards.h"
 #include "moerl/storage/file_lock.h"
 
 namespace moerl::storage {
@@ -578,27 +579,21 @@ RetentionResult CheckpointStore::apply_retention(int keep_last, std::optional<st
 // ---------------------------------------------------------------------------
 std::uint64_t CheckpointStore::export_weights(std::int64_t version, const std::string& out_path,
                                               const std::string& prefix) const {
-  const int shards = num_shards(version);
+  // The logical arrays: an expert-parallel version's split ones gathered, so
+  // the file is the same whatever the layout the version was saved in.
+  const ShardedVersion shards(*this, version);
   CheckpointWriter writer(out_path, ShardIdentity{version, 0, 1});
-  std::set<std::string> seen;
-  for (int rank = 0; rank < shards; ++rank) {
-    const CheckpointReader reader = open_shard(version, rank);
-    if (rank == 0) {
-      for (const char* key : {attribute_key::kLearnerStep, attribute_key::kPolicyVersion, attribute_key::kConfigToml}) {
-        if (reader.has_attribute(key)) writer.set_attribute(key, reader.attributes().at(key));
-      }
-    }
-    for (const ArrayInfo& array : reader.arrays()) {
-      if (array.name.rfind(prefix, 0) != 0) continue;
-      if (!seen.insert(array.name).second) {
-        throw CheckpointError("cannot export " + version_label(version) + ": array '" + array.name +
-                              "' appears in more than one shard");
-      }
-      const std::vector<std::uint8_t> bytes = reader.read(array.name);
-      writer.add_array(array.name, array.dtype, array.shape, bytes.data(), bytes.size());
-    }
+  for (const char* key : {attribute_key::kLearnerStep, attribute_key::kPolicyVersion, attribute_key::kConfigToml}) {
+    if (shards.primary().has_attribute(key)) writer.set_attribute(key, shards.primary().attributes().at(key));
   }
-  if (seen.empty()) {
+  std::size_t exported = 0;
+  for (const ArrayInfo& array : shards.arrays()) {
+    if (array.name.rfind(prefix, 0) != 0) continue;
+    const std::vector<std::uint8_t> bytes = shards.read(array.name);
+    writer.add_array(array.name, array.dtype, array.shape, bytes.data(), bytes.size());
+    ++exported;
+  }
+  if (exported == 0) {
     throw CheckpointError("cannot export " + version_label(version) + ": it has no arrays under '" + prefix + "'");
   }
   writer.set_attribute("weights_only", std::int64_t{1});

@@ -1,8 +1,8 @@
 #pragma once
 // Saving and resuming the learner through the HDF5 checkpoint store.
 //
-// One version holds: model parameters (one dataset each, by name), the
-// optimizer state (LibTorch's own serialisation, as bytes), the torch CPU
+// One version holds: model parameters (one dataset each, by name), AdamW's
+// state per parameter by name (learner/sharded_weights.h), the torch CPU
 // generator state of every learner rank (rng/learnerN), staleness accounting
 // (state/staleness/tokens_by_lag plus counters), learner step, policy
 // version, the data cursor of learner 0's task coordinator, the resolved
@@ -10,8 +10,17 @@
 // Actors and env workers hold no generator state: their sampling streams are
 // pure functions of (seed, task, sample, position) (rollout/sampling.h), so
 // the checkpoint records the scheme instead (attribute rng.actors).
-// Every learner holds the same weights, so learner 0 writes one shard; every
-// learner reads it on resume.
+//
+// Shards. Without expert parallelism every learner holds the same weights,
+// so learner 0 writes one shard. With it, the P members of one expert group
+// (the learners of the other groups hold the same shares and write nothing)
+// save a version together: member m writes shard m with its rows of every
+// expert tensor and their moments, member 0 also everything replicated;
+// after a barrier member 0 writes the index and moves `latest`
+// (storage/expert_shards.h has the layout). Every learner reads a version
+// in whatever layout it was saved: its expert rows from the shards that hold
+// them, so a version saved at P resumes at any Q (and by a learner holding
+// every expert).
 
 #include <torch/torch.h>
 
@@ -27,6 +36,10 @@
 #include "moerl/model/policy.h"
 #include "moerl/storage/archive.h"
 #include "moerl/storage/checkpoint_file.h"
+
+namespace moerl::comm {
+class Communicator;
+}  // namespace moerl::comm
 
 namespace moerl::config {
 struct Config;
@@ -75,21 +88,36 @@ struct LearnerState {
 std::vector<std::uint8_t> cpu_generator_state();
 void set_cpu_generator_state(const std::vector<std::uint8_t>& state);
 
-// Writes version `state.version`, moves `latest` (unless `latest_expected`
-// is given and `latest` names another version by then: a rollback made
-// during the save wins) and applies retention. Returns the bytes written.
-// `value_head` (PPO's critic; null otherwise) is saved and loaded with the
-// policy, under "value_head/".
+// The learners that save one version together. Default: this learner
+// alone writes the version's one shard (a policy holding every expert).
+// With expert parallelism: the policy's expert group, `members` being a
+// communicator over the same learners in the same order (rank = member);
+// every member calls save with it, and only one group of a job saves.
+struct ShardGroup {
+  comm::Communicator* members = nullptr;
+  double timeout_s = 300;  // the barrier before member 0 completes the version
+};
+
+// Writes this learner's shard of version `state.version`; member 0 of the
+// group then (after every member's shard is committed) writes the index,
+// moves `latest` (unless `latest_expected` is given and `latest` names
+// another version by then: a rollback made during the save wins) and
+// applies retention. Returns the bytes this learner wrote. `value_head`
+// (PPO's critic; null otherwise) is saved and loaded with the policy, under
+// "value_head/". Throws when the policy's expert layout is not the group's,
+// and when a member does not reach the barrier within group.timeout_s.
 std::uint64_t save_checkpoint(const CheckpointSettings& settings, model::PolicyImpl& policy,
                               torch::optim::Optimizer& optimizer, const LearnerState& state,
                               const storage::FaultInjection& faults = {},
                               std::optional<std::int64_t> latest_expected = std::nullopt,
-                              torch::nn::Module* value_head = nullptr);
+                              torch::nn::Module* value_head = nullptr, const ShardGroup& group = {});
 
 // `spec` is "auto" (the latest valid version in `run_store`, the run's own
 // store, falling back past corrupt versions and saying so) or a path to a
 // store directory's version ("DIR" = its latest, "DIR:VERSION|TAG").
-// Returns nothing when "auto" finds no checkpoint.
+// Returns nothing when "auto" finds no checkpoint. The policy's expert
+// layout decides which rows of the expert tensors it reads (any version
+// layout fits); every learner calls it on its own, no collective.
 std::optional<LearnerState> load_checkpoint(const std::string& run_store, const std::string& spec,
                                             model::PolicyImpl& policy, torch::optim::Optimizer* optimizer,
                                             torch::nn::Module* value_head = nullptr);
@@ -98,7 +126,8 @@ std::optional<LearnerState> load_checkpoint(const std::string& run_store, const 
 LearnerState load_checkpoint_version(const std::string& directory, std::int64_t version, model::PolicyImpl& policy,
                                      torch::optim::Optimizer* optimizer, torch::nn::Module* value_head = nullptr);
 
-// The checkpoint schedule of a training run, on learner 0: when to save
+// The checkpoint schedule of a training run, on learner 0 (with expert
+// parallelism, on each member of the group that saves): when to save
 // ([checkpoint] every_steps, every_minutes), the save itself (with the crash
 // injection of [faults] checkpoint_crash_point), background copies into
 // [checkpoint] archive_directory, and noticing a rollback (someone moved
@@ -112,9 +141,10 @@ class CheckpointSchedule {
 
   // A periodic save is due after `step` (every_steps, or every_minutes since the last save).
   bool due(std::int64_t step) const;
-  // Saves, then queues the archive copies (they never block the caller).
+  // Saves (this member's shard, see save_checkpoint), then queues the
+  // archive copies (they never block the caller).
   void save(model::PolicyImpl& policy, torch::optim::Optimizer& optimizer, const LearnerState& state,
-            torch::nn::Module* value_head = nullptr);
+            torch::nn::Module* value_head = nullptr, const ShardGroup& group = {});
   // The version `latest` now names when someone moved it since this run last
   // wrote a version or accepted the pointer (a `moerl checkpoint rollback`
   // while the job runs).

@@ -47,6 +47,8 @@ PretrainReport pretrain(const PretrainSettings& settings, model::Policy policy, 
 // is checked before any is copied; throws moerl::Error naming the file when
 // it is missing, unreadable or does not fit the model: the first tensor
 // whose shape differs (both shapes), and the missing and unexpected names.
+// A policy with split experts (an expert group) takes its rows of the file's
+// whole expert tensors.
 void load_policy(model::Policy policy, const std::string& path);
 
 }  // namespace moerl::learner

@@ -3,7 +3,8 @@
 // and verifying them, tags, rollback, retention, resume fallback and export.
 //
 // Directory layout (DIR = e.g. runs/x/checkpoints):
-//   v000012.rank0.h5 ... v000012.rankN-1.h5   one shard per learner rank
+//   v000012.rank0.h5 ... v000012.rankN-1.h5   one shard per writing learner (the
+//                                              members of an expert group: expert_shards.h)
 //   v000012.index.json                         written last: names the shards, their sizes
 //   latest                                     "v000012\n", replaced atomically
 //   tags.json                                  {"tags": {"NAME": 12, ...}}, replaced atomically
@@ -149,7 +150,9 @@ class CheckpointStore {
 
   // --- Export --------------------------------------------------------------
   // Writes the arrays under `prefix` of every shard into one checkpoint file
-  // (weights only, for inference); returns its size in bytes.
+  // (weights only, for inference), expert arrays split over the shards of an
+  // expert-parallel version gathered whole (expert_shards.h); returns its
+  // size in bytes.
   std::uint64_t export_weights(std::int64_t version, const std::string& out_path,
                                const std::string& prefix = "model/") const;
 
