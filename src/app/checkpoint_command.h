@@ -39,6 +39,7 @@ struct CheckpointOptions {
   std::string config_path;          // import-hf --config: a run config with an hf: model source
   std::string other;                // diff: the second DIR[:VERSION|TAG] (dir is the first)
   std::vector<std::string> ignore;  // diff --ignore: attribute names or array-name prefixes not compared
+  double tolerance = 0;             // diff --tolerance: float arrays this close (max |a - b|) count as equal
   // accept RUN_DIR VERSION (dir is the run directory there)
   std::string checkpoints;     // --checkpoints DIR: the store, when not RUN_DIR/checkpoints
   double max_env_p99_s = 0.5;  // --max-env-p99-s

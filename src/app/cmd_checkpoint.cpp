@@ -185,6 +185,31 @@ std::string attribute_text(const storage::AttributeValue& value) {
   return out.str();
 }
 
+// An element of a float32 or float64 array's bytes, widened.
+double float_element(const storage::ArrayInfo& info, const std::vector<std::uint8_t>& bytes, std::size_t e) {
+  if (info.dtype == storage::DType::Float64) {
+    double v;
+    std::memcpy(&v, bytes.data() + e * 8, 8);
+    return v;
+  }
+  float v;
+  std::memcpy(&v, bytes.data() + e * 4, 4);
+  return static_cast<double>(v);
+}
+
+bool is_float_array(const storage::ArrayInfo& info) {
+  return info.dtype == storage::DType::Float32 || info.dtype == storage::DType::Float64;
+}
+
+// max |a - b| over two float arrays of the same shape.
+double max_abs_difference(const storage::ArrayInfo& info, const std::vector<std::uint8_t>& a,
+                          const std::vector<std::uint8_t>& b) {
+  double max_abs = 0;
+  for (std::size_t e = 0; e < a.size() / storage::dtype_size(info.dtype); ++e)
+    max_abs = std::max(max_abs, std::fabs(float_element(info, a, e) - float_element(info, b, e)));
+  return max_abs;
+}
+
 // Where two arrays of the same dtype and shape first differ, with both values.
 std::string first_difference(const storage::ArrayInfo& info, const std::vector<std::uint8_t>& a,
                              const std::vector<std::uint8_t>& b) {
@@ -198,20 +223,9 @@ std::string first_difference(const storage::ArrayInfo& info, const std::vector<s
   std::size_t differing = 0;
   for (std::size_t e = 0; e < a.size() / size; ++e)
     differing += std::memcmp(a.data() + e * size, b.data() + e * size, size) != 0;
-  if (info.dtype == storage::DType::Float32 || info.dtype == storage::DType::Float64) {
-    auto value = [&](const std::vector<std::uint8_t>& bytes, std::size_t e) {
-      if (info.dtype == storage::DType::Float64) {
-        double v;
-        std::memcpy(&v, bytes.data() + e * 8, 8);
-        return v;
-      }
-      float v;
-      std::memcpy(&v, bytes.data() + e * 4, 4);
-      return static_cast<double>(v);
-    };
-    double max_abs = 0;
-    for (std::size_t e = 0; e < a.size() / size; ++e) max_abs = std::max(max_abs, std::fabs(value(a, e) - value(b, e)));
-    out << ": " << value(a, element) << " vs " << value(b, element) << "; max |a - b| " << max_abs;
+  if (is_float_array(info)) {
+    out << ": " << float_element(info, a, element) << " vs " << float_element(info, b, element) << "; max |a - b| "
+        << max_abs_difference(info, a, b);
   } else if (info.dtype == storage::DType::Int64) {
     std::int64_t x, y;
     std::memcpy(&x, a.data() + element * 8, 8);
@@ -272,6 +286,7 @@ int run_diff(const CheckpointOptions& options) {
   std::uint64_t compared_bytes = 0;
   std::size_t compared_arrays = 0, compared_attributes = 0;
   std::map<std::string, int> arrays_by_group;  // "model" -> arrays compared under model/
+  double largest_gap = 0;                      // of the float arrays that differ within --tolerance
   for (const storage::ArrayInfo& info : a.arrays()) {
     if (is_ignored(info.name)) continue;
     const storage::ArrayInfo* other = b.find(info.name);
@@ -283,8 +298,15 @@ int run_diff(const CheckpointOptions& options) {
                             storage::shape_text(other->shape));
     } else {
       const std::vector<std::uint8_t> bytes_a = a.read(info.name), bytes_b = b.read(info.name);
-      if (bytes_a != bytes_b)
-        differences.push_back("array " + info.name + ": " + first_difference(info, bytes_a, bytes_b));
+      if (bytes_a != bytes_b) {
+        // --tolerance: float arrays within it are equal (the largest gap is reported).
+        const double gap = is_float_array(info) ? max_abs_difference(info, bytes_a, bytes_b) : -1;
+        if (gap >= 0 && gap <= options.tolerance) {
+          largest_gap = std::max(largest_gap, gap);
+        } else {
+          differences.push_back("array " + info.name + ": " + first_difference(info, bytes_a, bytes_b));
+        }
+      }
       compared_bytes += bytes_a.size();
       ++compared_arrays;
       ++arrays_by_group[info.name.substr(0, info.name.find('/'))];
@@ -303,9 +325,12 @@ int run_diff(const CheckpointOptions& options) {
   if (differences.empty()) {
     std::vector<std::string> groups;
     for (const auto& [group, count] : arrays_by_group) groups.push_back(group + " " + std::to_string(count));
-    std::cout << label_a << " and " << label_b << " are identical: " << compared_arrays << " arrays ("
-              << join(groups, ", ") << "; " << human_bytes(compared_bytes) << "), " << compared_attributes
-              << " attributes (not compared: " << join(ignored, ", ") << ")\n";
+    std::ostringstream within;
+    within.precision(3);
+    if (largest_gap > 0) within << " within tolerance " << options.tolerance << " (max |a - b| " << largest_gap << ")";
+    std::cout << label_a << " and " << label_b << " are " << (largest_gap > 0 ? "equal" + within.str() : "identical")
+              << ": " << compared_arrays << " arrays (" << join(groups, ", ") << "; " << human_bytes(compared_bytes)
+              << "), " << compared_attributes << " attributes (not compared: " << join(ignored, ", ") << ")\n";
     return 0;
   }
   std::cout << label_a << " and " << label_b << " differ in " << differences.size() << " place(s):\n";
@@ -428,6 +453,10 @@ void add_checkpoint_subcommands(CLI::App& checkpoint_cmd, CheckpointOptions& opt
   diff->add_option("a", options.dir, "First: DIR[:VERSION|TAG] (default: its latest)")->required();
   diff->add_option("b", options.other, "Second: DIR[:VERSION|TAG]")->required();
   diff->add_option("--ignore", options.ignore, "Attribute name or array-name prefix not to compare (repeatable)");
+  diff->add_option("--tolerance", options.tolerance,
+                   "Float arrays whose largest element difference is at most this count as equal (default 0: "
+                   "bitwise); e.g. runs whose sums run in another order")
+      ->check(CLI::NonNegativeNumber);
   diff->callback([&options] { options.action = "diff"; });
   auto* sample = named("write-sample", "Write a small sample version (a tool for testing the store)");
   sample->add_option("version", options.version, "Version number")->required()->check(CLI::NonNegativeNumber);

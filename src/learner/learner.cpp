@@ -21,6 +21,8 @@
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/sync/module_weights.h"
+#include "moerl/sync/policy_sync_views.h"
+#include "moerl/sync/sharded_weight_sync.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::learner {
@@ -105,6 +107,16 @@ Learner::Learner(LearnerSettings settings, const runtime::World& world, runtime:
     coordinator_ = std::make_unique<Coordinator>(settings_.coordinator, world, mailbox, learners_, inbox_, heartbeat);
     MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
     sync_comm_ = sync_comm;
+  }
+  if (policy_->expert_group() && world.role_index() < world.expert_parallel()) {
+    // Split experts: the first group's members publish their shares
+    // (sync/sharded_weight_sync.h); collective with the actors' receivers.
+    host_weights_ = std::make_unique<sync::HostWeights>(*policy_, model::compute_dtype(settings_.dtype));
+    const sync::ExpertSyncLayout layout{policy_->moe_config().num_experts, world.expert_parallel(), 1};
+    sharded_publisher_ = std::make_unique<sync::ShardedWeightPublisher>(
+        world.expert_sync_comm(), layout, world.role_index(), sync::policy_sync_views(*policy_, host_weights_->views()),
+        sync::sync_options(settings_.sync, settings_.message_timeout_s));
+  } else if (world.is_coordinator()) {
     // The actors' dtype on the wire: bf16 runs publish half the bytes.
     host_weights_ = std::make_unique<sync::HostWeights>(*policy_, model::compute_dtype(settings_.dtype));
     publisher_ = std::make_unique<sync::WeightPublisher>(
@@ -204,7 +216,18 @@ std::vector<const rollout::Trajectory*> Learner::take_ready_groups(std::int64_t&
 }
 
 void Learner::save_checkpoint_now(double reward_mean) {
-  if (!world_.is_coordinator()) return;
+  // Split experts: every member of the first expert group writes its shard.
+  const bool writes_shard = expert_comm_ && world_.role_index() < expert_comm_->size();
+  if (!world_.is_coordinator() && !writes_shard) return;
+  ShardGroup group;
+  if (writes_shard) group.members = expert_comm_;
+  if (!world_.is_coordinator()) {
+    LearnerState state;
+    state.step = step_;
+    state.version = version_;
+    save_checkpoint(settings_.checkpoints, *policy_, *optimizer_, state, {}, std::nullopt, value_head_module(), group);
+    return;
+  }
   LearnerState state;
   state.step = step_;
   state.version = version_;
@@ -214,7 +237,7 @@ void Learner::save_checkpoint_now(double reward_mean) {
   state.staleness = staleness_;
   state.rng_states = rng_states_;
   state.coordinator_books = coordinator_->books_json();
-  checkpoints_->save(*policy_, *optimizer_, state, value_head_module());
+  checkpoints_->save(*policy_, *optimizer_, state, value_head_module(), group);
 }
 
 void Learner::checkpoint_step(bool done, double reward_mean) {
@@ -273,6 +296,11 @@ void Learner::roll_back_to(std::int64_t version) {
 }
 
 void Learner::with_sync_recovery(const std::function<void()>& operation) {
+  if (sharded_publisher_ && coordinator_ && coordinator_->sync_group_broken())
+    throw Error(
+        "learner 0: the weight-sync group lost a member, and the sharded weight sync of expert-parallel learners "
+        "([cluster] expert_parallel > 1) cannot go on without it; the job stops so that the launcher restarts it "
+        "with --resume auto");
   if (coordinator_->sync_group_broken()) recover_sync_group();
   try {
     operation();
@@ -316,7 +344,41 @@ bool Learner::wait_for_publication() {
   return true;
 }
 
+void Learner::publish_shards() {
+  const double started = now_s();
+  if (coordinator_) with_sync_recovery([] {});  // refuses a broken group
+  // The previous publication first (learner 0's coordinator keeps serving meanwhile).
+  while (sharded_publisher_->in_flight() && !sharded_publisher_->progress()) {
+    if ((coordinator_ && coordinator_->failing()) || (stop_ && stop_->should_stop())) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  host_weights_->pull();
+  sharded_publisher_->publish(version_);
+  published_version_ = version_;
+  last_sync_s_ = now_s() - started;
+  telemetry::metrics().record("sync.publish_s", last_sync_s_);
+  telemetry::metrics().add("sync.bytes", static_cast<double>(sharded_publisher_->last().bytes));
+  if (!coordinator_) return;
+  const double newest = static_cast<double>(version_);
+  telemetry::metrics().set("sync.versions_in_flight", newest - coordinator_->oldest_actor_version(newest) + 1);
+  coordinator_->set_progress(step_, version_);
+}
+
+void Learner::close_shards() {
+  if (!sharded_publisher_) return;
+  const double deadline = now_s() + settings_.message_timeout_s;
+  while (sharded_publisher_->in_flight() && !sharded_publisher_->progress()) {
+    if (now_s() > deadline || (stop_ && stop_->should_stop())) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  sharded_publisher_->close();
+}
+
 void Learner::publish_weights() {
+  if (sharded_publisher_) {
+    publish_shards();
+    return;
+  }
   if (!publisher_) return;
   const double started = now_s();
   with_sync_recovery([&] {
@@ -557,7 +619,10 @@ void Learner::run(runtime::StopCoordinator& stop) {
   // its time limit): a later --resume auto continues from here.
   if (step_ > first_step && (!stop.should_stop() || settings_.checkpoints.checkpoint.save_on_stop))
     save_checkpoint_now(last_reward);
-  if (!coordinator_) return;
+  if (!coordinator_) {
+    close_shards();
+    return;
+  }
   checkpoints_->finish();  // the archive copies, with a deadline
   if (stop.should_stop()) {
     std::printf(
@@ -576,6 +641,7 @@ void Learner::run(runtime::StopCoordinator& stop) {
     with_sync_recovery([&] {
       if (wait_for_publication()) publisher_->close();
     });
+  close_shards();
   coordinator_->stop();
   const double wall = now_s() - started;
   if (stop.should_stop()) return;

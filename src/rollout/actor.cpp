@@ -14,6 +14,8 @@
 #include "moerl/runtime/end_of_job.h"
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/sync/module_weights.h"
+#include "moerl/sync/policy_sync_views.h"
+#include "moerl/sync/sharded_weight_sync.h"
 #include "moerl/telemetry/metrics.h"
 #include "moerl/runtime/metrics_report.h"
 
@@ -112,8 +114,17 @@ Actor::Actor(ActorSettings settings, const runtime::World& world, runtime::Mailb
 // in the receiver's buffers. A policy on a device or in bfloat16: versions
 // are copied into the host copies, then pushed into the parameters
 // (apply_new_weights).
-std::unique_ptr<sync::WeightReceiver> Actor::make_receiver(comm::Communicator& sync_comm) {
+std::unique_ptr<sync::VersionReceiver> Actor::make_receiver(comm::Communicator& sync_comm) {
   const sync::SyncOptions& options = settings_.sync;
+  if (world_.expert_parallel() > 1) {
+    // Every learner member's share lands in place (copied: no swap mode for slices).
+    model::Policy& policy = engine_.policy();
+    std::vector<sync::WeightView> views =
+        host_weights_->staged() ? host_weights_->views() : sync::module_weight_views(*policy);
+    const sync::ExpertSyncLayout layout{policy->moe_config().num_experts, world_.expert_parallel(), 1};
+    return std::make_unique<sync::ShardedWeightReceiver>(world_.expert_sync_comm(), layout, 0,
+                                                         sync::policy_sync_views(*policy, std::move(views)), options);
+  }
   if (host_weights_->staged())
     return std::make_unique<sync::WeightReceiver>(sync_comm, host_weights_->views(), options);
   model::Policy& policy = engine_.policy();

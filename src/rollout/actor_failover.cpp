@@ -105,7 +105,12 @@ void Actor::on_restored(Episode& episode) {
 }
 
 void Actor::recover_sync_group() {
-  receiver_->abandon();
+  auto* receiver = dynamic_cast<sync::WeightReceiver*>(receiver_.get());
+  if (receiver == nullptr)
+    throw Error("actor " + std::to_string(world_.role_index()) +
+                ": the weight-sync group lost a member, and the sharded weight sync of expert-parallel learners "
+                "([cluster] expert_parallel > 1) cannot go on without it");
+  receiver->abandon();
   // Collective over the living members of the group: returns once learner 0 and
   // every other living actor have joined (learner 0 republishes its newest weights).
   const sync::SyncOptions& options = settings_.sync;
@@ -120,8 +125,9 @@ void Actor::recover_sync_group() {
   }
   sync_survivors_ = std::move(survivors);
   sync_comm_ = sync_survivors_.get();
-  receiver_ = make_receiver(*sync_comm_);
-  receiver_->assume_version(engine_.policy_version());
+  auto rebuilt = make_receiver(*sync_comm_);
+  static_cast<sync::WeightReceiver&>(*rebuilt).assume_version(engine_.policy_version());
+  receiver_ = std::move(rebuilt);
   telemetry::metrics().add("actor.sync_recoveries");
   spdlog::warn("actor {}: weight-sync group rebuilt with {} members", world_.role_index(), sync_comm_->size());
 }

@@ -54,6 +54,11 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
 void World::split_expert_groups(std::int64_t expert_parallel) {
   expert_parallel_ = static_cast<int>(std::max<std::int64_t>(1, expert_parallel));
   if (expert_parallel_ == 1) return;
+  // Weight sync from the first group's members (sync/sharded_weight_sync.h):
+  // they come first (their ranks lead), then the actors and standby actors.
+  const bool publishes = self_.role == Role::Learner && self_.index < expert_parallel_;
+  const bool receives = self_.role == Role::Actor || self_.role == Role::StandbyActor;
+  MOERL_MPI_CHECK(MPI_Comm_split(world_, publishes || receives ? 0 : MPI_UNDEFINED, self_.rank, &expert_sync_));
   // Collective over the learners only (role_ holds them alone).
   if (self_.role != Role::Learner) return;
   const int index = self_.index;
@@ -65,7 +70,7 @@ World::~World() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* comm : {&messages_, &role_, &sync_, &expert_, &expert_replicas_})
+  for (MPI_Comm* comm : {&messages_, &role_, &sync_, &expert_, &expert_replicas_, &expert_sync_})
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
 }
 

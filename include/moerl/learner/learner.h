@@ -53,6 +53,10 @@ namespace moerl::config {
 struct Config;
 }  // namespace moerl::config
 
+namespace moerl::sync {
+class ShardedWeightPublisher;
+}  // namespace moerl::sync
+
 namespace moerl::learner {
 
 class OverlappedGradients;
@@ -197,6 +201,9 @@ class Learner {
   // Waits for the publication in flight; false (and no publisher any more) when the job stops meanwhile.
   bool wait_for_publication();
   void publish_weights();
+  // [cluster] expert_parallel: each member of the first expert group publishes its share.
+  void publish_shards();
+  void close_shards();  // at the end, after the last publication completed
   // Learner 0, after the weight-sync group lost a member: the survivors'
   // group, a new publisher on it, the newest weights published again.
   void recover_sync_group();
@@ -236,10 +243,11 @@ class Learner {
   comm::Communicator* expert_comm_ = nullptr;        // [cluster] expert_parallel: this learner's expert group
   comm::Communicator* expert_replicas_ = nullptr;    // and the learners holding its share
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::unique_ptr<sync::HostWeights> host_weights_;  // learner 0: the float32 host bytes it publishes
-  std::unique_ptr<sync::WeightPublisher> publisher_;
-  comm::Communicator* sync_comm_ = nullptr;             // learner 0: the weight-sync group in use
-  std::unique_ptr<comm::Communicator> sync_survivors_;  // it, after a failover (owned)
+  std::unique_ptr<sync::HostWeights> host_weights_;                  // learner 0: the float32 host bytes it publishes
+  std::unique_ptr<sync::WeightPublisher> publisher_;                 // learner 0, whole experts
+  std::unique_ptr<sync::ShardedWeightPublisher> sharded_publisher_;  // split experts: the first group's members
+  comm::Communicator* sync_comm_ = nullptr;                          // learner 0: the weight-sync group in use
+  std::unique_ptr<comm::Communicator> sync_survivors_;               // it, after a failover (owned)
   std::int64_t published_version_ = -1;
   EpisodeInbox inbox_;                                 // this learner's groups, filled by a receiving thread
   std::unique_ptr<Coordinator> coordinator_;           // learner 0: the job service (its own thread)

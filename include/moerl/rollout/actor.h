@@ -154,7 +154,10 @@ class Actor {
   int restore_sessions_of(int env_worker_rank);  // returns the sessions moved
   void on_restored(Episode& episode);
   void recover_sync_group();
-  std::unique_ptr<sync::WeightReceiver> make_receiver(comm::Communicator& sync_comm);
+  // Learner 0's broadcast on sync_comm, or, with expert-parallel learners
+  // ([cluster] expert_parallel > 1), every member's share on the World's
+  // expert sync communicator (sync/sharded_weight_sync.h).
+  std::unique_ptr<sync::VersionReceiver> make_receiver(comm::Communicator& sync_comm);
   bool promoted_by(const std::vector<runtime::RankLost>& lost) const;
   void group_member_done(const Trajectory& t);
   int free_slots() const;
@@ -174,7 +177,7 @@ class Actor {
   // are its parameters (swap mode, no copy); for one on a device or in
   // bfloat16 ([run] device, dtype) host copies that each version is pushed from.
   std::unique_ptr<sync::HostWeights> host_weights_;
-  std::unique_ptr<sync::WeightReceiver> receiver_;
+  std::unique_ptr<sync::VersionReceiver> receiver_;
   std::map<std::uint64_t, Episode> episodes_;
   std::deque<TaskGroup> waiting_groups_;
   std::uint64_t next_episode_ = 0;

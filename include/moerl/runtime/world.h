@@ -43,6 +43,9 @@ class World {
   MPI_Comm expert_comm() const { return expert_; }
   MPI_Comm expert_replica_comm() const { return expert_replicas_; }
   int expert_parallel() const { return expert_parallel_; }
+  // With P > 1: the first expert group's learners (ranks 0..P-1 here), then
+  // every actor and standby actor: the sharded weight sync's communicator.
+  MPI_Comm expert_sync_comm() const { return expert_sync_; }
 
   // The machine's hostname: fencing a lost rank by pid is only safe on it.
   const std::string& hostname() const { return hostname_; }
@@ -68,6 +71,7 @@ class World {
   MPI_Comm sync_ = MPI_COMM_NULL;
   MPI_Comm expert_ = MPI_COMM_NULL;
   MPI_Comm expert_replicas_ = MPI_COMM_NULL;
+  MPI_Comm expert_sync_ = MPI_COMM_NULL;
   int expert_parallel_ = 1;
   std::string hostname_;
   std::string placement_host_;

@@ -85,7 +85,7 @@ class ShardedWeightPublisher {
   std::vector<std::unique_ptr<WeightPublisher>> publishers_;  // one per channels()
 };
 
-class ShardedWeightReceiver {
+class ShardedWeightReceiver : public VersionReceiver {
  public:
   // An actor holding actor member `member`'s share (a standby actor's share
   // is the caller's choice). Collective over comm. apply() copies into the
@@ -98,16 +98,16 @@ class ShardedWeightReceiver {
   // version, newer than the current one. Throws CorruptVersionError once for
   // a version some channel refused (the next version is received as usual),
   // SyncError on a layout mismatch and CommTimeout as WeightReceiver does.
-  bool poll();
-  std::int64_t ready_version() const;
+  bool poll() override;
+  std::int64_t ready_version() const override;
   // Applies every channel's bytes of the ready version; returns it (or the
   // current version when none is ready).
-  std::int64_t apply();
-  std::int64_t current_version() const { return current_version_; }
+  std::int64_t apply() override;
+  std::int64_t current_version() const override { return current_version_; }
   // True once every channel's publisher closed and nothing is left to apply.
-  bool closed() const;
+  bool closed() const override;
   // Blocks until a version is ready or the publishers closed (with the timeout).
-  bool wait_ready(double timeout_s);
+  bool wait_ready(double timeout_s) override;
 
   const ExpertSyncPlan& plan() const { return channels_->plan(); }
   // Indices into plan().channels() this actor receives.
@@ -115,7 +115,7 @@ class ShardedWeightReceiver {
   // What this actor receives and stages per version: its parameters' bytes.
   size_t bytes_per_version() const;
   // The last version over every channel: bytes summed, seconds of the slowest channel.
-  SyncStats last() const;
+  SyncStats last() const override;
 
  private:
   // Drops, channel by channel, a verified version that cannot become ready:

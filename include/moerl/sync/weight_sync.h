@@ -162,7 +162,25 @@ class WeightPublisher {
   bool closed_ = false;
 };
 
-class WeightReceiver {
+// What an actor needs of whatever brings it new weights: the one
+// publisher's WeightReceiver below, or the ShardedWeightReceiver of
+// expert-parallel learners (sync/sharded_weight_sync.h), which fences one
+// version over several channels.
+class VersionReceiver {
+ public:
+  virtual ~VersionReceiver() = default;
+  // Drives the transfer; true when a verified version is ready to apply.
+  virtual bool poll() = 0;
+  virtual std::int64_t ready_version() const = 0;
+  // Makes the ready version the parameters; returns it (or the current one).
+  virtual std::int64_t apply() = 0;
+  virtual std::int64_t current_version() const = 0;
+  virtual bool closed() const = 0;  // the publisher said no more versions come
+  virtual bool wait_ready(double timeout_s) = 0;
+  virtual SyncStats last() const = 0;
+};
+
+class WeightReceiver : public VersionReceiver {
  public:
   // apply() copies each version into the views' memory.
   WeightReceiver(comm::Communicator& comm, std::vector<WeightView> views, SyncOptions options = {});
@@ -177,19 +195,19 @@ class WeightReceiver {
   // ready to apply. Throws CorruptVersionError on a checksum mismatch (the
   // next version is received as usual), SyncError on a layout mismatch and
   // CommTimeout when a started publication does not finish in time.
-  bool poll();
-  std::int64_t ready_version() const { return ready_version_; }
+  bool poll() override;
+  std::int64_t ready_version() const override { return ready_version_; }
   // Makes the ready version the parameters (a copy, or a swap); returns it
   // (or the current one if none is ready).
-  std::int64_t apply();
-  std::int64_t current_version() const { return current_version_; }
+  std::int64_t apply() override;
+  std::int64_t current_version() const override { return current_version_; }
   // Drops the ready version unapplied, so that the next one is received: a
   // sharded receiver (sharded_weight_sync.h) whose other channel refused it.
   void discard_ready() { ready_version_ = current_version_; }
-  bool closed() const { return closed_; }
+  bool closed() const override { return closed_; }
   // Blocks until a version is ready or the publisher closed (with the timeout).
-  bool wait_ready(double timeout_s);
-  const SyncStats& last() const { return last_; }
+  bool wait_ready(double timeout_s) override;
+  SyncStats last() const override { return last_; }
   // As WeightPublisher::abandon.
   void abandon(double timeout_s = 5.0);
   // A receiver built after a failover: the weights it holds are this version.
