@@ -47,19 +47,19 @@ model::Policy make_policy(const config::Config& config, const std::string& init_
   return policy;
 }
 
-// [cluster] expert_parallel > 1: the learner's expert group (whose
-// exchanges carry the MoE layers' rows) and its replicas (the learners
-// holding the same share).
-struct LearnerExpertGroups {
+// [cluster] / [rollout] expert_parallel > 1: a learner's or actor's expert
+// group (whose exchanges carry the MoE layers' rows) and its replicas (the
+// ranks of its role holding the same share).
+struct ExpertGroups {
   std::unique_ptr<comm::Communicator> group;
   std::unique_ptr<comm::Communicator> replicas;
   std::shared_ptr<moe::ExpertExchange> exchange;
 };
 
-LearnerExpertGroups learner_expert_groups(const config::Config& config, const runtime::World& world,
-                                          const runtime::DeviceChoice& device) {
-  LearnerExpertGroups groups;
-  if (world.expert_parallel() == 1) return groups;
+ExpertGroups expert_groups(const config::Config& config, const runtime::World& world,
+                           const runtime::DeviceChoice& device) {
+  ExpertGroups groups;
+  if (world.expert_comm() == MPI_COMM_NULL) return groups;
   groups.group = make_group_communicator(world.expert_comm(), "expert group", cuda_index(device),
                                          world.placement_host(), nccl_wanted(config));
   groups.replicas = make_group_communicator(world.expert_replica_comm(), "expert replicas", cuda_index(device),
@@ -125,7 +125,8 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
     case runtime::Role::StandbyActor: {
       // A standby actor runs the actor in standby mode: it keeps its weights
       // current and takes a lost actor's place when learner 0 says one was lost.
-      model::Policy policy = make_policy(config, init_path);
+      ExpertGroups experts = expert_groups(config, world, device_choice);
+      model::Policy policy = make_policy(config, init_path, experts.exchange);
       policy->eval();
       torch::NoGradGuard no_grad;
       const torch::Device device = torch_device(device_choice);
@@ -139,12 +140,13 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
                                   world.placement_host(), nccl_wanted(config));
       rollout::Actor actor(rollout::actor_settings(config), world, mailbox, policy, *sync_comm,
                            heartbeat ? &heartbeat->load() : nullptr, world.role() == runtime::Role::StandbyActor);
+      if (experts.exchange) actor.use_expert_group(*experts.group);
       actor.run(stop);
       wait_for_stop(stop, final_wait_s, world.role_label());
       return 0;
     }
     case runtime::Role::Learner: {
-      LearnerExpertGroups experts = learner_expert_groups(config, world, device_choice);
+      ExpertGroups experts = expert_groups(config, world, device_choice);
       model::Policy policy = make_policy(config, init_path, experts.exchange);
       if (world.is_coordinator()) {
         const model::ParameterReport params = model::parameter_report(*policy);

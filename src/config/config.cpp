@@ -257,19 +257,27 @@ class Loader {
                 "holds an empty host pattern");
   }
 
-  // [cluster] expert_parallel: whole expert groups of learners, whole shares of experts.
-  void check_expert_parallel() {
-    const std::int64_t p = config_.cluster.expert_parallel;
+  // [cluster] / [rollout] expert_parallel: whole expert groups, whole shares of experts.
+  void check_expert_parallel(const std::string& key, std::int64_t p, const std::string& ranks_key, std::int64_t ranks) {
     if (p <= 1) return;
     const std::string size = std::to_string(p);
-    require(config_.moe.enabled, "cluster.expert_parallel",
-            "is " + size + " but moe.enabled is false: no experts to split");
-    require(config_.cluster.learners % p == 0, "cluster.expert_parallel",
-            "must divide cluster.learners (" + std::to_string(config_.cluster.learners) + "), got " + size);
+    require(config_.moe.enabled, key, "is " + size + " but moe.enabled is false: no experts to split");
+    require(ranks % p == 0, key, "must divide " + ranks_key + " (" + std::to_string(ranks) + "), got " + size);
     // A Hugging Face model's expert count comes from its config.json: the policy checks it when built.
     if (config_.moe.enabled && config_.model.source.rfind("hf:", 0) != 0)
-      require(config_.moe.num_experts % p == 0, "cluster.expert_parallel",
+      require(config_.moe.num_experts % p == 0, key,
               "must divide moe.num_experts (" + std::to_string(config_.moe.num_experts) + "), got " + size);
+  }
+
+  void check_expert_parallel() {
+    const ClusterSection& c = config_.cluster;
+    check_expert_parallel("cluster.expert_parallel", c.expert_parallel, "cluster.learners", c.learners);
+    check_expert_parallel("rollout.expert_parallel", config_.rollout.expert_parallel, "cluster.actors", c.actors);
+    if (config_.rollout.expert_parallel > 1)
+      require(c.standby_actors == 0, "rollout.expert_parallel",
+              "is " + std::to_string(config_.rollout.expert_parallel) +
+                  ", and a standby actor cannot take a lost member's place in an expert group: set "
+                  "cluster.standby_actors = 0");
   }
 
   void check_cross_field() {

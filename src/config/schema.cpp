@@ -372,6 +372,13 @@ SectionSpec rollout_section() {
   b.field("temperature", &RolloutSection::temperature, "Sampling temperature; 0 = greedy.").at_least(0);
   b.field("top_p", &RolloutSection::top_p, "Nucleus sampling mass.").between(0, 1);
   b.field("top_k", &RolloutSection::top_k, "Keep the k most likely tokens; 0 = off.").at_least(0);
+  b.field("expert_parallel", &RolloutSection::expert_parallel,
+          "Actors per expert group: the routed experts of every MoE layer are split over this many "
+          "consecutive actors (actor i holds share i mod P), which decode in step (each with its own "
+          "sessions) and exchange token rows with all-to-all; each receives only its share of every "
+          "weight version. 1 = every actor holds every expert. Must divide cluster.actors and "
+          "moe.num_experts; no standby actors (a group cannot take in a replacement).")
+      .between(1, 4096);
   b.field("moe_top_k", &RolloutSection::moe_top_k,
           "MoE experts active per token while generating; not top_k, which filters sampled tokens. "
           "0 = the model's moe.top_k (config.json's for hf: models, which this may override), else at "

@@ -108,11 +108,13 @@ Learner::Learner(LearnerSettings settings, const runtime::World& world, runtime:
     MOERL_CHECK(sync_comm != nullptr, "learner 0 needs the weight-sync communicator");
     sync_comm_ = sync_comm;
   }
-  if (policy_->expert_group() && world.role_index() < world.expert_parallel()) {
-    // Split experts: the first group's members publish their shares
-    // (sync/sharded_weight_sync.h); collective with the actors' receivers.
+  if (world.sharded_weight_sync() && world.role_index() < world.learner_expert_parallel()) {
+    // Split experts (here or on the actors): the first group's members
+    // publish their shares (sync/sharded_weight_sync.h); collective with the
+    // actors' receivers.
     host_weights_ = std::make_unique<sync::HostWeights>(*policy_, model::compute_dtype(settings_.dtype));
-    const sync::ExpertSyncLayout layout{policy_->moe_config().num_experts, world.expert_parallel(), 1};
+    const sync::ExpertSyncLayout layout{policy_->moe_config().num_experts, world.learner_expert_parallel(),
+                                        world.actor_expert_parallel()};
     sharded_publisher_ = std::make_unique<sync::ShardedWeightPublisher>(
         world.expert_sync_comm(), layout, world.role_index(), sync::policy_sync_views(*policy_, host_weights_->views()),
         sync::sync_options(settings_.sync, settings_.message_timeout_s));

@@ -116,13 +116,15 @@ Actor::Actor(ActorSettings settings, const runtime::World& world, runtime::Mailb
 // (apply_new_weights).
 std::unique_ptr<sync::VersionReceiver> Actor::make_receiver(comm::Communicator& sync_comm) {
   const sync::SyncOptions& options = settings_.sync;
-  if (world_.expert_parallel() > 1) {
-    // Every learner member's share lands in place (copied: no swap mode for slices).
+  if (world_.sharded_weight_sync()) {
+    // Every learner member's share of what this actor holds lands in place (copied: no swap mode for slices).
     model::Policy& policy = engine_.policy();
     std::vector<sync::WeightView> views =
         host_weights_->staged() ? host_weights_->views() : sync::module_weight_views(*policy);
-    const sync::ExpertSyncLayout layout{policy->moe_config().num_experts, world_.expert_parallel(), 1};
-    return std::make_unique<sync::ShardedWeightReceiver>(world_.expert_sync_comm(), layout, 0,
+    const int members = world_.actor_expert_parallel();
+    const sync::ExpertSyncLayout layout{policy->moe_config().num_experts, world_.learner_expert_parallel(), members};
+    return std::make_unique<sync::ShardedWeightReceiver>(world_.expert_sync_comm(), layout,
+                                                         world_.role_index() % members,
                                                          sync::policy_sync_views(*policy, std::move(views)), options);
   }
   if (host_weights_->staged())
@@ -427,19 +429,49 @@ void Actor::refuse_corrupt_version(const sync::CorruptVersionError& error) {
 }
 
 void Actor::apply_new_weights() {
-  bool ready = false;
+  if (poll_new_weights()) apply_ready_weights();
+}
+
+bool Actor::poll_new_weights() {
   try {
-    ready = receiver_->poll();
+    return receiver_->poll();
   } catch (const comm::PeerFailure& failure) {
     spdlog::warn("actor {}: the weight-sync group lost a member ({}); rebuilding it", world_.role_index(),
                  failure.what());
     recover_sync_group();
-    return;
   } catch (const sync::CorruptVersionError& error) {
     refuse_corrupt_version(error);
-    return;
   }
-  if (!ready) return;
+  return false;
+}
+
+void Actor::use_expert_group(comm::Communicator& group) {
+  expert_group_ = &group;
+  engine_.set_expert_lockstep(&group, settings_.message_timeout_s);
+}
+
+Actor::GroupRound Actor::agree_round(bool has_work, bool done, bool weights_ready) {
+  // [has work, done, ready version + 1] per member, in its own slots; one sum gathers them.
+  const auto members = static_cast<size_t>(expert_group_->size());
+  std::vector<double> slots(3 * members, 0.0);
+  const auto me = 3 * static_cast<size_t>(expert_group_->rank());
+  slots[me] = has_work ? 1 : 0;
+  slots[me + 1] = done ? 1 : 0;
+  slots[me + 2] = weights_ready ? static_cast<double>(receiver_->ready_version() + 1) : 0;
+  expert_group_->allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, settings_.message_timeout_s);
+  GroupRound round;
+  round.leave = true;
+  round.apply = true;
+  for (size_t m = 0; m < members; ++m) {
+    round.step |= slots[3 * m] > 0;
+    round.leave &= slots[3 * m + 1] > 0;
+    round.apply &= slots[3 * m + 2] > 0 && slots[3 * m + 2] == slots[2];
+  }
+  round.leave &= !round.step;
+  return round;
+}
+
+void Actor::apply_ready_weights() {
   corrupt_versions_in_a_row_ = 0;
   const std::int64_t version = receiver_->apply();
   host_weights_->push();  // into device / bf16 parameters (nothing to do in swap mode)
@@ -450,13 +482,21 @@ void Actor::apply_new_weights() {
   telemetry::metrics().record("sync.receive_s", receiver_->last().seconds);
 }
 
+std::string Actor::expert_share_text() {
+  if (!expert_group_) return "";
+  const std::int64_t experts = engine_.policy()->moe_config().num_experts, members = expert_group_->size();
+  const std::int64_t first = experts / members * expert_group_->rank();
+  return ", experts [" + std::to_string(first) + ", " + std::to_string(first + experts / members) + ") of " +
+         std::to_string(experts) + " (expert group of " + std::to_string(members) + " actors)";
+}
+
 void Actor::run(runtime::StopCoordinator& stop) {
   if (standby_) {
     spdlog::info("actor (standby {}): keeps the weights current; takes a lost actor's place", world_.role_index());
   } else {
-    spdlog::info("actor {}: up to {} episodes at once, episodes in the {}, KV cache {}", world_.role_index(),
+    spdlog::info("actor {}: up to {} episodes at once, episodes in the {}, KV cache {}{}", world_.role_index(),
                  settings_.rollout.sessions_per_actor, format_.description(),
-                 model::kv_cache_dtype_name(engine_.kv_cache_dtype()));
+                 model::kv_cache_dtype_name(engine_.kv_cache_dtype()), expert_share_text());
   }
   runtime::MetricsReporter reporter(mailbox_, settings_.metrics_interval_s);
   while (!stop.should_stop()) {
@@ -464,15 +504,21 @@ void Actor::run(runtime::StopCoordinator& stop) {
     if (const double slow = runtime::fault_hooks().slow_ms.load(); slow > 0)
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow));
     act_on_lost_ranks();
-    apply_new_weights();
+    // An expert group applies a version together (agree_round), others at once.
+    const bool weights_ready = poll_new_weights();
+    if (weights_ready && !expert_group_) apply_ready_weights();
     request_work();
     if (auto assignment = mailbox_.try_receive<TaskAssignment>(runtime::RankLayout::kCoordinatorRank))
       take_assignment(assignment->second);
     while (auto reply = env_.poll()) on_env_reply(*reply);
     fail_overdue_sessions();
-    if (engine_.has_work()) {
+    const bool done = (finished_ && episodes_.empty() && waiting_groups_.empty()) || (standby_ && receiver_->closed());
+    GroupRound round{engine_.has_work(), done && !engine_.has_work(), false};
+    if (expert_group_) round = agree_round(engine_.has_work(), done, weights_ready);
+    if (round.apply) apply_ready_weights();
+    if (round.step) {
       for (std::uint64_t id : engine_.step()) on_turn(id);
-    } else if ((finished_ && episodes_.empty() && waiting_groups_.empty()) || (standby_ && receiver_->closed())) {
+    } else if (round.leave) {
       break;
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(200));

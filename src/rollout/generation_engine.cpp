@@ -1,5 +1,7 @@
 #include "moerl/rollout/generation_engine.h"
 
+#include "moerl/comm/communicator.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -438,6 +440,15 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
   }
 }
 
+std::int64_t GenerationEngine::agree_forwards(std::int64_t mine) {
+  if (!lockstep_) return mine;
+  // Each member's count in its own slot; one sum gathers them all.
+  std::vector<double> slots(static_cast<std::size_t>(lockstep_->size()), 0.0);
+  slots[static_cast<std::size_t>(lockstep_->rank())] = static_cast<double>(mine);
+  lockstep_->allreduce_sum(slots.data(), slots.size(), comm::DataType::Float64, lockstep_timeout_s_);
+  return static_cast<std::int64_t>(*std::max_element(slots.begin(), slots.end()));
+}
+
 std::vector<std::uint64_t> GenerationEngine::step() {
   const auto t0 = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
@@ -452,14 +463,22 @@ std::vector<std::uint64_t> GenerationEngine::step() {
     (is_decode ? decode_rows : prefill_rows).push_back(r);
     if (!is_decode) prefill_tokens += r.count;
   }
+  std::int64_t forwards = 0;
   if (options_.isolate_sessions) {
     // One forward per session: a [B, S] batch could round differently than the same row alone.
+    forwards = static_cast<std::int64_t>(decode_rows.size() + prefill_rows.size());
+  } else {
+    forwards = static_cast<std::int64_t>(!decode_rows.empty()) + static_cast<std::int64_t>(!prefill_rows.empty());
+  }
+  const std::int64_t group_forwards = agree_forwards(forwards);
+  if (options_.isolate_sessions) {
     for (const std::vector<Row>* group : {&decode_rows, &prefill_rows})
       for (const Row& r : *group) run_rows({r}, finished);
   } else {
     run_rows(decode_rows, finished);
     run_rows(prefill_rows, finished);
   }
+  for (std::int64_t i = forwards; i < group_forwards; ++i) policy_->idle_expert_pass();
   ++step_count_;
   std::sort(finished.begin(), finished.end());
 

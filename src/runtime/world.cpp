@@ -34,7 +34,7 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
   const bool in_sync_group =
       rank == RankLayout::kCoordinatorRank || self_.role == Role::Actor || self_.role == Role::StandbyActor;
   MOERL_MPI_CHECK(MPI_Comm_split(parent, in_sync_group ? 0 : MPI_UNDEFINED, rank, &sync_));
-  split_expert_groups(config.cluster.expert_parallel);
+  split_expert_groups(config.cluster.expert_parallel, config.rollout.expert_parallel);
 
   MPI_Comm host_comm = MPI_COMM_NULL;
   MOERL_MPI_CHECK(MPI_Comm_split_type(parent, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host_comm));
@@ -51,19 +51,24 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
                                             usable_cores(), ranks_on_host_);
 }
 
-void World::split_expert_groups(std::int64_t expert_parallel) {
-  expert_parallel_ = static_cast<int>(std::max<std::int64_t>(1, expert_parallel));
-  if (expert_parallel_ == 1) return;
-  // Weight sync from the first group's members (sync/sharded_weight_sync.h):
-  // they come first (their ranks lead), then the actors and standby actors.
-  const bool publishes = self_.role == Role::Learner && self_.index < expert_parallel_;
+void World::split_expert_groups(std::int64_t learner_expert_parallel, std::int64_t actor_expert_parallel) {
+  learner_expert_parallel_ = static_cast<int>(std::max<std::int64_t>(1, learner_expert_parallel));
+  actor_expert_parallel_ = static_cast<int>(std::max<std::int64_t>(1, actor_expert_parallel));
+  if (!sharded_weight_sync()) return;
+  // Weight sync from the first learner group's members
+  // (sync/sharded_weight_sync.h): they come first (their ranks lead), then
+  // the actors and standby actors. Collective over the whole job.
+  const bool publishes = self_.role == Role::Learner && self_.index < learner_expert_parallel_;
   const bool receives = self_.role == Role::Actor || self_.role == Role::StandbyActor;
   MOERL_MPI_CHECK(MPI_Comm_split(world_, publishes || receives ? 0 : MPI_UNDEFINED, self_.rank, &expert_sync_));
-  // Collective over the learners only (role_ holds them alone).
-  if (self_.role != Role::Learner) return;
+  // The groups, collective over each role's ranks (role_ holds them alone).
+  const int p = self_.role == Role::Learner ? learner_expert_parallel_
+                : self_.role == Role::Actor ? actor_expert_parallel_
+                                            : 1;
+  if (p == 1) return;
   const int index = self_.index;
-  MOERL_MPI_CHECK(MPI_Comm_split(role_, index / expert_parallel_, index, &expert_));
-  MOERL_MPI_CHECK(MPI_Comm_split(role_, index % expert_parallel_, index, &expert_replicas_));
+  MOERL_MPI_CHECK(MPI_Comm_split(role_, index / p, index, &expert_));
+  MOERL_MPI_CHECK(MPI_Comm_split(role_, index % p, index, &expert_replicas_));
 }
 
 World::~World() {

@@ -1,6 +1,7 @@
 # `moerl train` with expert-parallel learners ([cluster] expert_parallel)
-# under mpirun: 2 learners, 1 actor, 1 env worker on a tiny model with 4
-# experts, deterministic and synchronous.
+# and actors ([rollout] expert_parallel) under mpirun: 2 learners, 1 actor
+# (2 in the last runs), 1 env worker on a tiny model with 4 experts,
+# deterministic and synchronous.
 #   - a bad size is refused before any work, naming the key;
 #   - 4 steps with the experts split over the 2 learners end with the
 #     weights and optimizer state of 4 steps with every expert on both
@@ -9,6 +10,8 @@
 #   - a run split over 2 learners, stopped after 2 steps, resumes with whole
 #     learners (resharding) and ends where the straight run ends, and a
 #     whole run resumes split;
+#   - learners and actors both split (each actor group decoding in step,
+#     each actor receiving its share of every version) end where whole ones end;
 #   - the comparison does fail on versions a step apart.
 source "$(dirname "$0")/lib.sh" "$@"
 SMALL=("${TEST_TASKS[@]}" --set run.output_dir="$WORK/runs" --set model.d_model=32 --set model.num_heads=2 --set model.num_kv_heads=1
@@ -24,10 +27,21 @@ expect_status 2 $? "expert_parallel = 3 with 2 learners"
 expect_contains bad.txt "cluster.expert_parallel" "the key at fault"
 expect_contains bad.txt "must divide cluster.learners (2)" "the rule"
 
+"$MOERL" config check "$CONFIG" "${SMALL[@]}" --set rollout.expert_parallel=2 >bad.txt 2>&1
+expect_status 2 $? "rollout.expert_parallel = 2 with 1 actor"
+expect_contains bad.txt "rollout.expert_parallel" "the key at fault"
+expect_contains bad.txt "must divide cluster.actors (1)" "the actors' rule"
+"$MOERL" config check "$CONFIG" "${SMALL[@]}" --set cluster.actors=2 --set cluster.standby_actors=1 \
+  --set rollout.expert_parallel=2 >bad.txt 2>&1
+expect_status 2 $? "rollout.expert_parallel with a standby actor"
+expect_contains bad.txt "set cluster.standby_actors = 0" "the fix"
+
 train() {  # train NAME EXPERT_PARALLEL STEPS [extra args...]
   local name=$1 ep=$2 steps=$3
   shift 3
-  run_job "$name" 120 "${LAUNCH[@]}" -n 4 train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
+  local ranks=4
+  if [ "${1:-}" = -n ]; then ranks=$2; shift 2; fi
+  run_job "$name" 120 "${LAUNCH[@]}" -n "$ranks" train --config "$CONFIG" "${SMALL[@]}" --set run.name="$name" \
     --set cluster.expert_parallel="$ep" --set optim.total_steps="$steps" --set checkpoint.every_steps=2 "$@"
   expect_status 0 $? "train $name"
 }
@@ -56,6 +70,12 @@ train whole_then_split 1 2
 train whole_then_split 2 4 --resume auto
 expect_contains whole_then_split.txt "step 3/4 v3 |" "resumed at step 3 with split learners"
 close "$R/whole/checkpoints:4" "$R/whole_then_split/checkpoints:4" "2 steps whole + 2 split equal 4 whole"
+
+# Both sides split: 2 actors in one expert group, each holding 2 of the 4 experts.
+train whole_actors 1 4 -n 5 --set cluster.actors=2
+train split_actors 2 4 -n 5 --set cluster.actors=2 --set rollout.expert_parallel=2 --log-level debug
+expect_contains split_actors.txt "experts [2, 4) of 4 (expert group of 2 actors)" "actor 1 holds the second share"
+close "$R/whole_actors/checkpoints:4" "$R/split_actors/checkpoints:4" "split learners and actors equal whole ones"
 
 # The tolerance is not blind: versions a step apart differ.
 "$MOERL" checkpoint diff "$R/whole/checkpoints:4" "$R/split/checkpoints:2" --tolerance 1e-6 >far.txt 2>&1

@@ -200,8 +200,9 @@ struct RolloutSection {
   std::int64_t sessions_per_actor = 16;  // episodes an actor drives at once (the decode batch)
   double temperature = 1.0;
   double top_p = 1.0;
-  std::int64_t top_k = 0;      // token sampling top-k; 0 = off
-  std::int64_t moe_top_k = 0;  // MoE experts per token while generating; 0 = moe.top_k
+  std::int64_t top_k = 0;            // token sampling top-k; 0 = off
+  std::int64_t moe_top_k = 0;        // MoE experts per token while generating; 0 = moe.top_k
+  std::int64_t expert_parallel = 1;  // actors per expert group (routed experts split over them)
   std::int64_t max_tokens_per_turn = 24;
   std::int64_t max_tokens_per_episode = 768;                // context budget of one episode
   std::int64_t group_size = 4;                              // G samples per task seed (GRPO groups)

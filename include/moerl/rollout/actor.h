@@ -101,6 +101,13 @@ class Actor {
         comm::Communicator& sync_comm, runtime::RankLoad* load = nullptr, bool standby = false);
   // Runs until learner 0 says the work is finished (then drains) or a stop.
   void run(runtime::StopCoordinator& stop);
+  // [rollout] expert_parallel: the policy's experts are split over `group`
+  // (its expert group, as a communicator). The members then go round their
+  // loops together: each round they agree whether any has rows to decode
+  // (all step), whether all may leave, and whether all hold the same new
+  // weight version (all apply it), so every member computes every step with
+  // the same weights. Set before run().
+  void use_expert_group(comm::Communicator& group);
 
  private:
   struct Episode {
@@ -148,6 +155,16 @@ class Actor {
   void expect_env_reply(Episode& episode);
   void fail_overdue_sessions();
   void apply_new_weights();
+  bool poll_new_weights();     // true when a verified version is ready
+  void apply_ready_weights();  // makes it the engine's weights
+  // One round of an expert group's members (use_expert_group).
+  struct GroupRound {
+    bool step = false;   // some member has rows to decode
+    bool leave = false;  // every member is done
+    bool apply = false;  // every member holds the same new version
+  };
+  GroupRound agree_round(bool has_work, bool done, bool weights_ready);
+  std::string expert_share_text();  // ", experts [a, b) of E (...)" in an expert group, else ""
   void refuse_corrupt_version(const sync::CorruptVersionError& error);
   // Failover (actor_failover.cpp).
   void act_on_lost_ranks();
@@ -178,6 +195,7 @@ class Actor {
   // bfloat16 ([run] device, dtype) host copies that each version is pushed from.
   std::unique_ptr<sync::HostWeights> host_weights_;
   std::unique_ptr<sync::VersionReceiver> receiver_;
+  comm::Communicator* expert_group_ = nullptr;  // [rollout] expert_parallel > 1
   std::map<std::uint64_t, Episode> episodes_;
   std::deque<TaskGroup> waiting_groups_;
   std::uint64_t next_episode_ = 0;

@@ -151,6 +151,14 @@ struct GeneratedTurn {
   std::int64_t preemptions = 0;    // times the session lost its KV during this turn
 };
 
+}  // namespace moerl::rollout
+
+namespace moerl::comm {
+class Communicator;
+}  // namespace moerl::comm
+
+namespace moerl::rollout {
+
 class GenerationEngine {
  public:
   GenerationEngine(model::Policy policy, EngineOptions options = {});
@@ -191,6 +199,18 @@ class GenerationEngine {
   // Experts per token of the recorded routing: the policy's active experts; 0 without MoE layers.
   std::int64_t routing_top_k() const { return top_k_; }
 
+  // ---- expert parallelism ----
+  // The policy's experts are split over `group`'s members (one engine each,
+  // each with its own sessions): every step() then agrees with the others
+  // how many forwards the step runs (one all-reduce) and runs the ones it has
+  // no rows for as Policy::idle_expert_pass, so the MoE layers' exchanges
+  // stay matched. The caller must call step() on every member together;
+  // the agreement waits at most timeout_s.
+  void set_expert_lockstep(comm::Communicator* group, double timeout_s) {
+    lockstep_ = group;
+    lockstep_timeout_s_ = timeout_s;
+  }
+
   // ---- weights ----
   void set_policy_version(std::int64_t version) { policy_version_ = version; }
   std::int64_t policy_version() const { return policy_version_; }
@@ -209,6 +229,10 @@ class GenerationEngine {
   model::Policy& policy() { return policy_; }
 
  private:
+  // The most forwards any member of the lockstep group runs this step (`mine` without one).
+  std::int64_t agree_forwards(std::int64_t mine);
+  comm::Communicator* lockstep_ = nullptr;
+  double lockstep_timeout_s_ = 60;
   struct Session {
     std::uint64_t id = 0;
     std::uint64_t seed = 0;

@@ -35,16 +35,20 @@ class World {
   MPI_Comm role_comm() const { return role_; }
   // Learner 0, the actors and standby actors: weight publication. MPI_COMM_NULL elsewhere.
   MPI_Comm sync_comm() const { return sync_; }
-  // [cluster] expert_parallel = P > 1, learners only: the P consecutive
-  // learners whose MoE layers split their routed experts (learner i is
-  // member i mod P), and the learners holding the same share as this one
-  // (one from each group: expert gradients average over them). MPI_COMM_NULL
-  // elsewhere and with P = 1.
+  // Expert parallelism: [cluster] expert_parallel = P learners and
+  // [rollout] expert_parallel = P actors per expert group. For a learner or
+  // actor whose role's P > 1: the P consecutive ranks of its role whose MoE
+  // layers split their routed experts (index i is member i mod P), and the
+  // ranks of its role holding the same share (one from each group; learners
+  // average expert gradients over them). MPI_COMM_NULL elsewhere.
   MPI_Comm expert_comm() const { return expert_; }
   MPI_Comm expert_replica_comm() const { return expert_replicas_; }
-  int expert_parallel() const { return expert_parallel_; }
-  // With P > 1: the first expert group's learners (ranks 0..P-1 here), then
-  // every actor and standby actor: the sharded weight sync's communicator.
+  int learner_expert_parallel() const { return learner_expert_parallel_; }
+  int actor_expert_parallel() const { return actor_expert_parallel_; }
+  // Either side splits its experts: weight sync goes by shares (sync/sharded_weight_sync.h).
+  bool sharded_weight_sync() const { return learner_expert_parallel_ > 1 || actor_expert_parallel_ > 1; }
+  // Then: the first learner group's members (ranks 0..P-1 here), then every
+  // actor and standby actor: the sharded weight sync's communicator.
   MPI_Comm expert_sync_comm() const { return expert_sync_; }
 
   // The machine's hostname: fencing a lost rank by pid is only safe on it.
@@ -61,7 +65,7 @@ class World {
   int compute_threads() const { return compute_threads_; }
 
  private:
-  void split_expert_groups(std::int64_t expert_parallel);
+  void split_expert_groups(std::int64_t learner_expert_parallel, std::int64_t actor_expert_parallel);
 
   RankLayout layout_;
   RankAssignment self_;
@@ -72,7 +76,8 @@ class World {
   MPI_Comm expert_ = MPI_COMM_NULL;
   MPI_Comm expert_replicas_ = MPI_COMM_NULL;
   MPI_Comm expert_sync_ = MPI_COMM_NULL;
-  int expert_parallel_ = 1;
+  int learner_expert_parallel_ = 1;
+  int actor_expert_parallel_ = 1;
   std::string hostname_;
   std::string placement_host_;
   int ranks_on_host_ = 1;
