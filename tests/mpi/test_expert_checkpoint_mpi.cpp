@@ -28,6 +28,7 @@
 #include "moerl/learner/pretrain.h"
 #include "moerl/learner/sharded_weights.h"
 #include "moerl/model/policy.h"
+#include "expert_test_support.h"
 #include "moerl/setup/config_loading.h"
 
 // Last: LibTorch's headers bring glog's CHECK, which must not replace Catch's.
@@ -40,31 +41,8 @@ namespace {
 
 constexpr int kSteps = 3;  // AdamW steps before the save
 
-config::ModelSection small_model() {
-  config::ModelSection m;
-  m.vocab_size = 40;
-  m.d_model = 24;
-  m.num_layers = 3;
-  m.num_heads = 4;
-  m.num_kv_heads = 2;
-  m.d_ff = 32;
-  m.max_seq_len = 64;
-  m.init_std = 0.2;
-  return m;
-}
-
-config::MoeSection small_moe() {
-  config::MoeSection s;
-  s.enabled = true;
-  s.num_experts = 8;
-  s.top_k = 2;
-  s.d_expert = 16;
-  s.first_dense_layers = 1;  // layer 0 dense, layers 1 and 2 MoE
-  s.shared_experts = 1;
-  s.block_size = 2;
-  s.aux_loss_weight = 0.02;
-  return s;
-}
+using expert_test::small_model;
+using expert_test::small_moe;
 
 int world_rank() {
   int rank = 0;
