@@ -3,8 +3,8 @@
 # (2 in the last runs), 1 env worker on a tiny model with 4 experts,
 # deterministic and synchronous.
 #   - a bad size is refused before any work, naming the key;
-#   - 4 steps with the experts split over the 2 learners end with the
-#     weights and optimizer state of 4 steps with every expert on both
+#   - 10 steps with the experts split over the 2 learners end with the
+#     weights and optimizer state of 10 steps with every expert on both
 #     (within float32 rounding: the expert gradients sum in another order);
 #     the sharded version has one shard per learner;
 #   - a run split over 2 learners, stopped after 2 steps, resumes with whole
@@ -52,14 +52,17 @@ close() {  # close A B WHAT
   grep -qE "are (identical|equal within tolerance)" diff.txt || { fail "$3: not equal"; sed 's/^/    | /' diff.txt; }
 }
 
-train whole 1 4
-train split 2 4
 R="$WORK/runs"
-[ -f "$R/split/checkpoints/v000004.rank1.h5" ] || fail "the split run's version 4 has no shard of learner 1"
-[ -f "$R/whole/checkpoints/v000004.rank1.h5" ] && fail "the whole run's version 4 has a second shard"
-close "$R/whole/checkpoints:4" "$R/split/checkpoints:4" "4 steps split equal 4 steps whole"
+train whole10 1 10
+train split10 2 10
+[ -f "$R/split10/checkpoints/v000010.rank1.h5" ] || fail "the split run's version 10 has no shard of learner 1"
+[ -f "$R/whole10/checkpoints/v000010.rank1.h5" ] && fail "the whole run's version 10 has a second shard"
+close "$R/whole10/checkpoints:10" "$R/split10/checkpoints:10" "10 steps split equal 10 steps whole"
 expect_contains diff.txt "layouts differ" "the diff names the two layouts"
 expect_contains diff.txt "expert-parallel 2 (experts [0, 2) [2, 4) of 4)" "the split layout"
+
+train whole 1 4
+train split 2 4
 
 # Resharding in a running job: split -> whole, and whole -> split.
 train split_then_whole 2 2
