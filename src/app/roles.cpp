@@ -60,9 +60,11 @@ ExpertGroups expert_groups(const config::Config& config, const runtime::World& w
                            const runtime::DeviceChoice& device) {
   ExpertGroups groups;
   if (world.expert_comm() == MPI_COMM_NULL) return groups;
-  // MPI: the layer stages the exchanged rows in host memory
-  // (moe/expert_parallel.cpp), and the members' agreements are host counts.
-  groups.group = std::make_unique<comm::MpiCommunicator>(world.expert_comm(), "expert group");
+  // NCCL where the group may use it: the layer hands the exchanges host
+  // rows (moe/expert_parallel.cpp), which an NCCL communicator stages on its
+  // device, as it does the members' host counts.
+  groups.group = make_group_communicator(world.expert_comm(), "expert group", cuda_index(device),
+                                         world.placement_host(), nccl_wanted(config));
   groups.replicas = make_group_communicator(world.expert_replica_comm(), "expert replicas", cuda_index(device),
                                             world.placement_host(), nccl_wanted(config));
   groups.exchange = std::make_shared<comm::CommunicatorExpertExchange>(*groups.group, config.cluster.message_timeout_s);
