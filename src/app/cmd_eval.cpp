@@ -23,7 +23,6 @@
 #include <thread>
 
 #include "commands.h"
-#include "moerl/core/usable_cores.h"
 #include "moerl/config/config.h"
 #include "moerl/core/json_value.h"
 #include "moerl/model/hf_policy_loader.h"
@@ -129,7 +128,7 @@ std::vector<std::int64_t> generate(model::PolicyImpl& policy, const std::vector<
 int run_eval(const EvalOptions& options) {
   try {
     const config::Config config = setup::load_config_file(options.config_path, options.overrides);
-    set_compute_threads(options.threads > 0 ? options.threads : usable_cores());
+    set_compute_threads(single_process_threads(options.threads));
     torch::manual_seed(static_cast<std::uint64_t>(options.seed));
     torch::NoGradGuard no_grad;
     const std::string dir = hf::hf_directory(config.model.source);

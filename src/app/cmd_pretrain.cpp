@@ -4,7 +4,6 @@
 #include <thread>
 
 #include "commands.h"
-#include "moerl/core/usable_cores.h"
 #include "moerl/config/config.h"
 #include "moerl/app/roles.h"
 #include "moerl/setup/config_loading.h"
@@ -14,7 +13,7 @@ namespace moerl::app {
 int run_pretrain(const PretrainOptions& options) {
   try {
     const config::Config config = setup::load_config_file(options.config_path, options.overrides);
-    set_compute_threads(options.threads > 0 ? options.threads : usable_cores());
+    set_compute_threads(single_process_threads(options.threads));
     return run_pretrain_command(config);
   } catch (const config::ConfigError& error) {
     std::cerr << error.what() << "\n";

@@ -89,5 +89,11 @@ std::string version_text();
 std::string mpiexec_path();  // the launcher of the MPI moerl was built against
 // Sets LibTorch's intra-op threads (the only place the app touches ATen).
 void set_compute_threads(int threads);
+// The threads of a one-process command (pretrain, eval) when --threads is not
+// given: MOERL_THREADS_PER_RANK, else OMP_NUM_THREADS, else every usable core.
+// Two such commands side by side on a 2-core machine, each with 2 threads,
+// ran 20x slower than with one thread each (libgomp's waiting threads spin),
+// so a thread count the user set in the environment is respected.
+int single_process_threads(int requested);
 
 }  // namespace moerl::app

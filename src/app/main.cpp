@@ -117,7 +117,8 @@ int main(int argc, char** argv) {
   eval_cmd->add_flag("--ignore-eos", eval.ignore_eos, "Do not stop at the end-of-sequence token");
   eval_cmd->add_option("--init", eval.init_path, "Weights of the built-in model (moerl pretrain's output)");
   eval_cmd->add_option("--seed", eval.seed, "Sampling seed");
-  eval_cmd->add_option("--threads", eval.threads, "Compute threads (default: all cores)");
+  eval_cmd->add_option("--threads", eval.threads,
+                       "Compute threads (default: $MOERL_THREADS_PER_RANK, else $OMP_NUM_THREADS, else all cores)");
   auto* checkpoint_cmd = app.add_subcommand("checkpoint", kCheckpointHelp);
   moerl::app::CheckpointOptions checkpoint;
   moerl::app::add_checkpoint_subcommands(*checkpoint_cmd, checkpoint);
@@ -127,7 +128,8 @@ int main(int argc, char** argv) {
       "pretrain", "Train the base policy on scripted-expert demonstrations ([pretrain]); one process, no mpirun");
   pretrain_cmd->add_option("-c,--config", pretrain.config_path, "TOML run configuration")->required();
   pretrain_cmd->add_option("--set", pretrain.overrides, "Override a key: --set section.key=value (repeatable)");
-  pretrain_cmd->add_option("--threads", pretrain.threads, "Compute threads (default: all cores)");
+  pretrain_cmd->add_option("--threads", pretrain.threads,
+                           "Compute threads (default: $MOERL_THREADS_PER_RANK, else $OMP_NUM_THREADS, else all cores)");
 
   moerl::app::CtlOptions ctl;
   auto* ctl_cmd = app.add_subcommand("ctl", "Operate on a running job from outside it");

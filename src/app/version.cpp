@@ -2,11 +2,13 @@
 // kept to this small translation unit.
 
 #include <ATen/Parallel.h>
+#include <cstdlib>
 #include <mpi.h>
 #include <torch/csrc/api/include/torch/version.h>
 
 #include "commands.h"
 #include "moerl/core/blas_kernels.h"
+#include "moerl/core/usable_cores.h"
 
 namespace moerl::app {
 
@@ -49,6 +51,15 @@ std::string mpiexec_path() {
 
 void set_compute_threads(int threads) {
   if (threads > 0) at::set_num_threads(threads);
+}
+
+int single_process_threads(int requested) {
+  if (requested > 0) return requested;
+  for (const char* name : {"MOERL_THREADS_PER_RANK", "OMP_NUM_THREADS"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && std::atoi(value) > 0) return std::atoi(value);
+  }
+  return usable_cores();
 }
 
 }  // namespace moerl::app
