@@ -7,11 +7,16 @@
 // waits for the process to leave and says whether the job went on. A signal
 // needs the process's host: on another host send SIGTERM there (what a
 // scheduler does when it takes a node back).
+//
+// add-env RUN_DIR RANK: scale it back up. It leaves a request in
+// <run dir>/control/ for learner 0 (learner/coordinator_join.cpp), which
+// answers there; on "joined" it waits for the new process's rank record.
 
 #include <signal.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -32,6 +37,7 @@ struct RankRecord {
   int role_index = -1;
   std::string host;
   pid_t pid = 0;
+  double started_at = 0;
 };
 
 // The rank record, or nullopt after printing why it cannot be read.
@@ -47,8 +53,10 @@ std::optional<RankRecord> read_rank_record(const std::string& run_dir, int rank)
   text << in.rdbuf();
   try {
     const JsonValue json = JsonValue::parse(text.str());
+    const std::optional<JsonValue> started = json.find("started_at");
     return RankRecord{json.at("role").as_string(), static_cast<int>(json.at("role_index").as_number()),
-                      json.at("host").as_string(), static_cast<pid_t>(json.at("pid").as_number())};
+                      json.at("host").as_string(), static_cast<pid_t>(json.at("pid").as_number()),
+                      started ? started->as_number() : 0.0};
   } catch (const std::exception& error) {
     std::fprintf(stderr, "moerl ctl: %s: not a rank record: %s\n", path.c_str(), error.what());
     return std::nullopt;
@@ -73,7 +81,76 @@ bool wait_until_gone(pid_t pid, double timeout_s) {
   return true;
 }
 
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// Learner 0's answer to an add-env request, or "" when none came in time.
+std::string wait_for_answer(const std::string& path, double deadline) {
+  while (wall_seconds() < deadline) {
+    std::ifstream in(path);
+    std::string answer;
+    if (in && std::getline(in, answer) && !answer.empty()) return answer;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return "";
+}
+
 }  // namespace
+
+int run_ctl_add_env(const CtlOptions& options) {
+  const std::optional<RankRecord> worker = read_rank_record(options.run_dir, options.rank);
+  if (!worker) return kUsageError;
+  const std::string who =
+      worker->role + " " + std::to_string(worker->role_index) + " (rank " + std::to_string(options.rank) + ")";
+  if (worker->role != "env_worker") {
+    std::fprintf(stderr, "moerl ctl: rank %d is %s %d, not an env worker: only env workers can be added back\n",
+                 options.rank, worker->role.c_str(), worker->role_index);
+    return kUsageError;
+  }
+  const std::optional<RankRecord> learner0 = read_rank_record(options.run_dir, 0);
+  if (learner0 && learner0->host == runtime::machine_hostname() && !running(learner0->pid)) {
+    std::fprintf(stderr, "moerl ctl: the job of %s is not running (learner 0, pid %d, has ended)\n",
+                 options.run_dir.c_str(), static_cast<int>(learner0->pid));
+    return 1;
+  }
+  const std::string control = options.run_dir + "/control";
+  const std::string stem = control + "/add-env-" + std::to_string(options.rank);
+  std::filesystem::create_directories(control);
+  std::filesystem::remove(stem + ".result");
+  const double asked_at = wall_seconds();
+  {
+    std::ofstream out(stem + ".request.tmp", std::ios::trunc);
+    out << "add-env " << options.rank << "\n";
+  }
+  std::filesystem::rename(stem + ".request.tmp", stem + ".request");
+  std::printf("moerl ctl: asked learner 0 to bring %s back into the job\n", who.c_str());
+  std::fflush(stdout);
+  const double deadline = asked_at + options.timeout_s;
+  const std::string answer = wait_for_answer(stem + ".result", deadline);
+  if (answer.empty()) {
+    std::fprintf(stderr, "moerl ctl: learner 0 did not answer within %.0f s (is the job running? see its log)\n",
+                 options.timeout_s);
+    return 1;
+  }
+  if (answer != "joined") {
+    std::fprintf(stderr, "moerl ctl: %s was not added back: %s\n", who.c_str(), answer.c_str());
+    return answer.rfind("refused", 0) == 0 ? kUsageError : 1;
+  }
+  // The new process writes its rank record once it reaches its peers.
+  while (wall_seconds() < deadline) {
+    const std::optional<RankRecord> joined = read_rank_record(options.run_dir, options.rank);
+    if (joined && joined->started_at >= asked_at) {
+      std::printf("moerl ctl: %s joined the job again: pid %d on %s\n", who.c_str(), static_cast<int>(joined->pid),
+                  joined->host.c_str());
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::fprintf(stderr, "moerl ctl: learner 0 spawned %s, but the new process wrote no rank record within %.0f s\n",
+               who.c_str(), options.timeout_s);
+  return 1;
+}
 
 int run_ctl_release_env(const CtlOptions& options) {
   const std::optional<RankRecord> worker = read_rank_record(options.run_dir, options.rank);

@@ -21,6 +21,7 @@
 #include "moerl/core/blas_kernels.h"
 #include "moerl/core/check.h"
 #include "moerl/runtime/dry_run.h"
+#include "moerl/runtime/env_join.h"
 #include "moerl/runtime/fault_tolerance.h"
 #include "moerl/runtime/heartbeat.h"
 #include "moerl/runtime/job_control.h"
@@ -28,6 +29,7 @@
 #include "moerl/runtime/lost_ranks.h"
 #include "moerl/runtime/mailbox.h"
 #include "moerl/runtime/mpi_session.h"
+#include "moerl/runtime/mpi_transport.h"
 #include "moerl/runtime/placement.h"
 #include "moerl/runtime/rank_record.h"
 #include "moerl/runtime/world.h"
@@ -159,7 +161,9 @@ int finish_job(const runtime::World& world, runtime::Mailbox& mailbox, runtime::
                        "learner 0 did not answer at the end of the job within " + within(shutdown_s), failed_status);
   if (world.is_coordinator() && !end.missing.empty())
     spdlog::error("learner 0: {}", describe_missing(world, heartbeat, end.missing, shutdown_s));
-  std::set<int> gone = runtime::lost_ranks().ranks();
+  if (world.joined()) return status;  // it shares no communicator with the job's first processes
+  // Rejoined ranks too: their first processes are gone from the job's communicator.
+  std::set<int> gone = runtime::lost_ranks().ever_lost();
   gone.insert(end.missing.begin(), end.missing.end());
   if (gone.empty()) return status;
   if (!runtime::fault_tolerant_mpi()) {
@@ -240,7 +244,63 @@ int run_roles(const config::Config& config, const TrainOptions& options, const r
   return 0;
 }
 
+// The joined env worker's work (run_join_env), in a scope of its own: its
+// heartbeat thread and mailbox are gone before MPI_Finalize.
+int serve_as_joined_env_worker(const config::Config& config, const runtime::World& world,
+                               const runtime::JoinParents& parents) {
+  runtime::Mailbox mailbox(std::make_unique<runtime::MpiTransport>(world.rank(), world.size()),
+                           config.cluster.message_timeout_s);
+  for (size_t remote = 0; remote < parents.job_ranks.size(); ++remote)
+    mailbox.route_peer(parents.job_ranks[remote], parents.intercomm, static_cast<int>(remote));
+  spdlog::warn("{}: joined the running job as rank {} (pid {} on {}), reaching {} ranks", world.role_label(),
+               world.rank(), static_cast<long long>(getpid()), world.hostname(), parents.job_ranks.size());
+  runtime::write_rank_record(config.run_directory(), world, runtime::launcher_restarts());
+  runtime::HeartbeatThread heartbeat(mailbox, world.layout(), identity(world),
+                                     {config.cluster.heartbeat_interval_s,
+                                      config.cluster.heartbeat_timeout_s,
+                                      runtime::HeartbeatThread::Mode::ModeMember,
+                                      {}});
+  runtime::StopCoordinator stop(mailbox);
+  int status = run_role(config, world, mailbox, stop, runtime::DeviceChoice{}, "", "", &heartbeat);
+  heartbeat.stop_watching();
+  status = finish_job(world, mailbox, heartbeat, config.cluster.shutdown_timeout_s, status);
+  return status;
+}
+
 }  // namespace
+
+// A new env worker in a gone one's rank (runtime/env_join.h): no
+// configuration agreement, placement or device checks (the job did those);
+// it reaches every peer through the spawn's intercommunicator, then serves
+// sessions and ends with the job as any env worker. An error ends this
+// process only: learner 0 sees it lost and the job goes on without it.
+int run_join_env(const JoinEnvOptions& options) {
+  runtime::MpiSession mpi(nullptr, nullptr);
+  runtime::end_without_mpi_abort();
+  runtime::install_stop_signal_handlers();
+  runtime::init_logging({config::LogLevel::Info, options.rank, "", ""});
+  try {
+    const config::Config config = setup::load_config_file(options.config_path, {});
+    const runtime::JoinParents parents = runtime::join_parents(config.cluster.message_timeout_s);
+    runtime::World world(config, runtime::World::Joined{options.rank, options.threads});
+    MOERL_CHECK(world.size() == options.world_size, "moerl join-env: the configuration's layout has " +
+                                                        std::to_string(world.size()) + " ranks, the job " +
+                                                        std::to_string(options.world_size));
+    std::string per_rank_file;
+    if (config.telemetry.per_rank_log_files)
+      per_rank_file = config.run_directory() + "/logs/rank-" + std::to_string(world.rank()) + ".log";
+    runtime::init_logging({config.telemetry.log_level, world.rank(), world.role_label(), per_rank_file});
+    telemetry::metrics().set_identity(world.rank(), runtime::role_name(world.role()));
+    set_compute_threads(world.compute_threads());
+    const int status = serve_as_joined_env_worker(config, world, parents);
+    mpi.finalize_within(config.cluster.shutdown_timeout_s, status);
+    return status;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "moerl join-env (rank %d): %s\n", options.rank, error.what());
+    std::fflush(stderr);
+    runtime::end_this_rank(runtime::kFatalErrorExitStatus);
+  }
+}
 
 int run_train(const TrainOptions& options) {
   runtime::MpiSession mpi(nullptr, nullptr);

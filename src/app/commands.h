@@ -67,7 +67,16 @@ struct EvalOptions {
 struct CtlOptions {
   std::string run_dir;  // the job's run directory (its ranks/ records)
   int rank = -1;
-  double timeout_s = 60;  // how long to wait for the rank to leave
+  double timeout_s = 60;  // how long to wait for the rank to leave (release-env) or join (add-env)
+};
+
+// `moerl join-env` (hidden): the process that learner 0 and the actors
+// spawn to fill a gone env worker's rank (runtime/env_join.h).
+struct JoinEnvOptions {
+  std::string config_path;  // the job's resolved configuration, written by learner 0
+  int rank = -1;
+  int world_size = 0;
+  int threads = 1;
 };
 
 struct ReportOptions {
@@ -78,6 +87,8 @@ struct ReportOptions {
 int run_train(const TrainOptions& options);
 int run_report(const ReportOptions& options);
 int run_ctl_release_env(const CtlOptions& options);
+int run_ctl_add_env(const CtlOptions& options);
+int run_join_env(const JoinEnvOptions& options);
 int run_eval(const EvalOptions& options);
 int run_env_play(const EnvPlayOptions& options);
 int run_pretrain(const PretrainOptions& options);

@@ -141,6 +141,20 @@ int main(int argc, char** argv) {
   release_cmd->add_option("run_dir", ctl.run_dir, "The job's run directory (holds ranks/rank-N.json)")->required();
   release_cmd->add_option("rank", ctl.rank, "The env worker's rank")->required();
   release_cmd->add_option("--timeout", ctl.timeout_s, "Seconds to wait for it to leave (default 60)");
+  auto* add_cmd = ctl_cmd->add_subcommand(
+      "add-env",
+      "Bring env worker RANK back into a running job (scale-up after release-env or a loss): learner 0 and the "
+      "actors spawn a new process in its rank (MPI_Comm_spawn; needs the fault-tolerant MPI); waits until it joined");
+  add_cmd->add_option("run_dir", ctl.run_dir, "The job's run directory (holds ranks/rank-N.json)")->required();
+  add_cmd->add_option("rank", ctl.rank, "The gone env worker's rank")->required();
+  add_cmd->add_option("--timeout", ctl.timeout_s, "Seconds to wait for it to join (default 60)");
+  moerl::app::JoinEnvOptions join;
+  auto* join_cmd = app.add_subcommand("join-env", "Started by a running job for `moerl ctl add-env`");
+  join_cmd->group("");
+  join_cmd->add_option("--config", join.config_path)->required();
+  join_cmd->add_option("--rank", join.rank)->required();
+  join_cmd->add_option("--world-size", join.world_size)->required();
+  join_cmd->add_option("--threads", join.threads);
 
   moerl::app::ReportOptions report;
   auto* report_cmd = app.add_subcommand(
@@ -170,6 +184,8 @@ int main(int argc, char** argv) {
   if (*checkpoint_cmd) return moerl::app::run_checkpoint(checkpoint);
   if (*pretrain_cmd) return moerl::app::run_pretrain(pretrain);
   if (*release_cmd) return moerl::app::run_ctl_release_env(ctl);
+  if (*add_cmd) return moerl::app::run_ctl_add_env(ctl);
+  if (*join_cmd) return moerl::app::run_join_env(join);
   if (*report_cmd) return moerl::app::run_report(report);
   return 1;
 }

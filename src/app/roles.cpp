@@ -16,6 +16,7 @@
 #include "moerl/model/param_report.h"
 #include "moerl/model/precision.h"
 #include "moerl/rollout/actor.h"
+#include "moerl/runtime/env_join.h"
 #include "moerl/runtime/fault_plan.h"
 #include "moerl/runtime/metrics_report.h"
 #include "moerl/sync/module_weights.h"
@@ -121,6 +122,9 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
         leave = release.released();
         return leave || stop.should_stop();
       });
+      // Said louder by a worker that joined the running job: an operator asked for it (`moerl ctl add-env`).
+      spdlog::log(world.joined() ? spdlog::level::warn : spdlog::level::info, "{}{}: sent {} replies to actors",
+                  world.role_label(), world.joined() ? " (joined during the run)" : "", service.replies_sent());
       if (leave) env::leave_job_released(world.role_label());
       return 0;
     }
@@ -144,6 +148,9 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       rollout::Actor actor(rollout::actor_settings(config), world, mailbox, policy, *sync_comm,
                            heartbeat ? &heartbeat->load() : nullptr, world.role() == runtime::Role::StandbyActor);
       if (experts.exchange) actor.use_expert_group(*experts.group);
+      // With learner 0 (its Coordinator holds the other end): spawning env
+      // workers that join the running job (`moerl ctl add-env`).
+      runtime::EnvJoinService joins(mailbox, world.join_comm(), world.size());
       actor.run(stop);
       wait_for_stop(stop, final_wait_s, world.role_label());
       return 0;

@@ -45,7 +45,7 @@ void EnvWorkerService::close_sessions_of_lost_actors() {
 }
 
 void EnvWorkerService::serve(const std::function<bool()>& should_stop) {
-  while (!should_stop()) serve_once();
+  while (!should_stop()) replies_sent_ += serve_once();
 }
 
 EnvClient::EnvClient(runtime::Mailbox& mailbox, std::vector<int> worker_ranks)
@@ -109,7 +109,11 @@ std::uint64_t EnvClient::open(std::uint64_t session, const TaskSpec& task) {
   r.kind = RequestKind::Open;
   r.session = session;
   r.task = task;
-  return send(std::move(r), worker_of(session));
+  const int worker = worker_of(session);
+  // Opened away from its home worker (lost, or released): it stays where it
+  // is, also once a new process fills the home's rank (mark_rejoined).
+  if (worker != workers_[session % workers_.size()]) placement_[session] = worker;
+  return send(std::move(r), worker);
 }
 
 std::uint64_t EnvClient::restore_from_archive_on(std::uint64_t session, const std::string& path,

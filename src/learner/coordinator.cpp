@@ -25,6 +25,8 @@ CoordinatorSettings coordinator_settings(const config::Config& config) {
   settings.metrics_path = config.metrics_path();
   settings.message_timeout_s = config.cluster.message_timeout_s;
   settings.malformed_message_limit = config.cluster.malformed_message_limit;
+  settings.run_directory = config.run_directory();
+  settings.config_toml = config::to_toml(config);
   return settings;
 }
 
@@ -39,7 +41,10 @@ Coordinator::Coordinator(const CoordinatorSettings& settings, const runtime::Wor
       tasks_(settings.tasks, mailbox, learners, world.layout().ranks_of(runtime::Role::Actor)),
       watch_(settings.message_timeout_s),
       malformed_(world.layout(), settings.malformed_message_limit, "learner 0"),
-      metric_warnings_({settings.telemetry.imbalance_warn_ratio, settings.telemetry.env_p99_warn_s}) {}
+      metric_warnings_({settings.telemetry.imbalance_warn_ratio, settings.telemetry.env_p99_warn_s}) {
+  if (world.join_comm() != MPI_COMM_NULL)
+    join_service_ = std::make_unique<runtime::EnvJoinService>(mailbox, world.join_comm(), world.size());
+}
 
 Coordinator::~Coordinator() { stop(); }
 
@@ -90,6 +95,8 @@ void Coordinator::serve_once() {
   take_failover_messages(now);
   take_release_requests(now);
   decide_releases(now);
+  take_join_requests(now);
+  watch_join(now);
   finish_recoveries(now);
   if (watching_) watch_progress(now);
 }

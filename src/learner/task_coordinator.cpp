@@ -514,6 +514,21 @@ std::string TaskCoordinator::summary_json(std::int64_t steps, double wall_s, int
   json.key("family_pauses").value(breaker_.pauses());
   json.key("failures");
   write_rank_failures(json, rank_failures_);
+  json.key("rejoins").begin_array();
+  for (const RankRejoin& r : rank_rejoins_)
+    json.begin_object()
+        .key("rank")
+        .value(r.rank)
+        .key("role")
+        .value("env_worker")
+        .key("role_index")
+        .value(r.role_index)
+        .key("step")
+        .value(r.step)
+        .key("joined_after_s")
+        .value(r.joined_after_s)
+        .end_object();
+  json.end_array();
   json.key("restarts").value(restarts);
   json.key("steps").value(steps).key("steps_completed").value(steps).key("wall_s").value(wall_s).end_object();
   return json.str();

@@ -12,7 +12,24 @@
 
 namespace moerl::rollout {
 
+void Actor::take_rejoined_env_workers() {
+  const std::uint64_t epoch = runtime::lost_ranks().rejoin_epoch();
+  for (int rank : runtime::lost_ranks().rejoined_since(rejoin_epoch_)) rejoined_unreached_.insert(rank);
+  rejoin_epoch_ = epoch;
+  for (auto it = rejoined_unreached_.begin(); it != rejoined_unreached_.end();) {
+    if (!mailbox_.has_route(*it) || runtime::lost_ranks().contains(*it)) {
+      ++it;
+      continue;
+    }
+    env_.mark_rejoined(*it);
+    spdlog::warn("actor {}: env worker rank {} is back (a new process); new sessions go to it again",
+                 world_.role_index(), *it);
+    it = rejoined_unreached_.erase(it);
+  }
+}
+
 void Actor::act_on_lost_ranks() {
+  take_rejoined_env_workers();
   // A send that found an env worker dead: restore at once, before learner 0's notice.
   for (int worker : env_.take_newly_lost()) {
     const int moved = restore_sessions_of(worker);

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "moerl/runtime/env_join.h"
 #include "moerl/runtime/fault_tolerance.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/logging.h"
@@ -95,6 +96,11 @@ std::vector<LostRank> HeartbeatThread::take_lost() {
   return lost;
 }
 
+void HeartbeatThread::revive(int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (health_) health_->revive(rank, monotonic_seconds());
+}
+
 std::optional<Heartbeat> HeartbeatThread::last_heartbeat(int rank) const {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!health_) return std::nullopt;
@@ -145,6 +151,11 @@ void HeartbeatThread::tick_member(double now) {
                    identity_.role.c_str(), identity_.role_index, notice->second.rank, notice->second.role.c_str(),
                    notice->second.role_index, notice->second.why.c_str());
   }
+  while (auto rejoined = mailbox_.try_receive<RankRejoined>(RankLayout::kCoordinatorRank)) {
+    if (lost_ranks().rejoin(rejoined->second.rank))
+      std::fprintf(stderr, "moerl: rank %d (%s %d) learned that rank %d rejoined the job (a new process)\n",
+                   identity_.rank, identity_.role.c_str(), identity_.role_index, rejoined->second.rank);
+  }
   while (auto beat = mailbox_.try_receive<CoordinatorBeat>(RankLayout::kCoordinatorRank)) {
     last_coordinator_beat_ = now;
     step_ = beat->second.step;
@@ -178,7 +189,7 @@ void HeartbeatThread::tick_coordinator(double now) {
     std::lock_guard<std::mutex> lock(mutex_);
     while (auto beat = mailbox_.try_receive<Heartbeat>()) health_->beat(beat->second, now);
     health_->published(version_.load(), now);
-    lost = health_->check(now, failed_ranks(mailbox_.comm()));
+    lost = health_->check(now, mailbox_.failed_peers());
     for (const std::string& behind : health_->actors_behind(now)) {
       std::fprintf(stderr, "moerl: %s\n", behind.c_str());
       telemetry::metrics().add("coordinator.actors_behind");

@@ -24,6 +24,7 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 
 MPI_Comm g_abort_channel = MPI_COMM_NULL;
+std::atomic<bool> g_no_mpi_abort{false};      // end_without_mpi_abort()
 std::vector<int> g_job_rank_of_channel_rank;  // empty: the channel's ranks are the job's
 
 // Under ULFM MPI_Abort ends the caller only: every other rank gets a
@@ -271,13 +272,15 @@ std::optional<JobAbortNotice> poll_job_abort() {
   return notice;
 }
 
+void end_without_mpi_abort() { g_no_mpi_abort = true; }
+
 void end_this_rank(int status) {
   flush_logs();
   run_abort_cleanups();
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) {
+  if (initialized && !finalized && !g_no_mpi_abort) {
     // MPI_Abort has no deadline of its own: when every rank of a job aborts
     // at once under ULFM, Open MPI 5.0.11 could leave them inside it with
     // mpirun waiting for ever ("Abort is in progress"; seen in cli.train and

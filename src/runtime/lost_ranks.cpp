@@ -7,10 +7,15 @@
 
 namespace moerl::runtime {
 
+bool LostRanks::lost_now(int rank) const {
+  return !rejoined_.count(rank) &&
+         std::any_of(lost_.begin(), lost_.end(), [rank](const RankLost& lost) { return lost.rank == rank; });
+}
+
 bool LostRanks::add(const RankLost& lost) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const RankLost& known : lost_)
-    if (known.rank == lost.rank) return false;
+  if (lost_now(lost.rank)) return false;
+  rejoined_.erase(lost.rank);
   lost_.push_back(lost);
   return true;
 }
@@ -23,13 +28,40 @@ std::vector<RankLost> LostRanks::all() const {
 std::set<int> LostRanks::ranks() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::set<int> out;
-  for (const RankLost& lost : lost_) out.insert(lost.rank);
+  for (const RankLost& lost : lost_)
+    if (!rejoined_.count(lost.rank)) out.insert(lost.rank);
   return out;
 }
 
 bool LostRanks::contains(int rank) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return std::any_of(lost_.begin(), lost_.end(), [rank](const RankLost& lost) { return lost.rank == rank; });
+  return lost_now(rank);
+}
+
+std::set<int> LostRanks::ever_lost() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::set<int> out;
+  for (const RankLost& lost : lost_) out.insert(lost.rank);
+  return out;
+}
+
+bool LostRanks::rejoin(int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!lost_now(rank)) return false;
+  rejoined_.insert(rank);
+  rejoins_.push_back(rank);
+  return true;
+}
+
+std::uint64_t LostRanks::rejoin_epoch() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return rejoins_.size();
+}
+
+std::vector<int> LostRanks::rejoined_since(std::uint64_t epoch) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (epoch >= rejoins_.size()) return {};
+  return std::vector<int>(rejoins_.begin() + static_cast<std::ptrdiff_t>(epoch), rejoins_.end());
 }
 
 std::uint64_t LostRanks::epoch() const {
@@ -40,6 +72,8 @@ std::uint64_t LostRanks::epoch() const {
 void LostRanks::clear() {
   std::lock_guard<std::mutex> lock(mutex_);
   lost_.clear();
+  rejoined_.clear();
+  rejoins_.clear();
 }
 
 LostRanks& lost_ranks() {

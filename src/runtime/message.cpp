@@ -32,6 +32,8 @@ const char* message_type_name(MessageType type) {
     case MessageType::EndOfJob: return "EndOfJob";
     case MessageType::EnvReleaseRequest: return "EnvReleaseRequest";
     case MessageType::EnvReleaseReply: return "EnvReleaseReply";
+    case MessageType::EnvJoinStart: return "EnvJoinStart";
+    case MessageType::RankRejoined: return "RankRejoined";
   }
   return "unknown";
 }

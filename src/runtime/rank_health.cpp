@@ -91,6 +91,15 @@ bool RankHealth::is_lost(int rank) const {
   return it != ranks_.end() && it->second.lost;
 }
 
+void RankHealth::revive(int rank, double now) {
+  const auto it = ranks_.find(rank);
+  if (it == ranks_.end()) return;
+  it->second.lost = false;
+  it->second.heard = true;
+  it->second.last_seen = now;
+  it->second.last.pid = 0;  // until its first beat says which process it is
+}
+
 const Heartbeat* RankHealth::last(int rank) const {
   const auto it = ranks_.find(rank);
   return it != ranks_.end() && it->second.heard ? &it->second.last : nullptr;

@@ -34,6 +34,7 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
   const bool in_sync_group =
       rank == RankLayout::kCoordinatorRank || self_.role == Role::Actor || self_.role == Role::StandbyActor;
   MOERL_MPI_CHECK(MPI_Comm_split(parent, in_sync_group ? 0 : MPI_UNDEFINED, rank, &sync_));
+  if (sync_ != MPI_COMM_NULL) MOERL_MPI_CHECK(MPI_Comm_dup(sync_, &join_));
   split_expert_groups(config.cluster.expert_parallel, config.rollout.expert_parallel);
 
   MPI_Comm host_comm = MPI_COMM_NULL;
@@ -49,6 +50,17 @@ World::World(const config::Config& config, MPI_Comm parent) : layout_(config.clu
   placement_host_ = placement_host_name();
   compute_threads_ = choose_compute_threads(config.cluster.threads_per_rank, std::getenv("MOERL_THREADS_PER_RANK"),
                                             usable_cores(), ranks_on_host_);
+}
+
+World::World(const config::Config& config, Joined joined) : layout_(config.cluster), joined_(true) {
+  MOERL_CHECK(
+      joined.rank > 0 && joined.rank < layout_.world_size() && layout_.assignment(joined.rank).role == Role::EnvWorker,
+      "rank " + std::to_string(joined.rank) + " is not an env worker's rank in this job's layout");
+  self_ = layout_.assignment(joined.rank);
+  hostname_ = machine_hostname();
+  placement_host_ = placement_host_name();
+  compute_threads_ =
+      choose_compute_threads(joined.threads, std::getenv("MOERL_THREADS_PER_RANK"), usable_cores(), ranks_on_host_);
 }
 
 void World::split_expert_groups(std::int64_t learner_expert_parallel, std::int64_t actor_expert_parallel) {
@@ -75,7 +87,7 @@ World::~World() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
-  for (MPI_Comm* comm : {&messages_, &role_, &sync_, &expert_, &expert_replicas_, &expert_sync_})
+  for (MPI_Comm* comm : {&messages_, &role_, &sync_, &join_, &expert_, &expert_replicas_, &expert_sync_})
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
 }
 

@@ -22,6 +22,7 @@ class EnvWorkerService {
   int serve_once(double max_wait_s = 0.002);
   // Serves until should_stop() says so.
   void serve(const std::function<bool()>& should_stop);
+  std::int64_t replies_sent() const { return replies_sent_; }
 
  private:
   // Sessions of actors that learner 0 declared lost hold capacity for nothing.
@@ -31,6 +32,7 @@ class EnvWorkerService {
   runtime::Mailbox& mailbox_;
   int coordinator_;
   std::uint64_t lost_epoch_ = 0;
+  std::int64_t replies_sent_ = 0;
 };
 
 // The actor's side: requests go to the worker that owns the session
@@ -60,6 +62,8 @@ class EnvClient {
   // Failover: `rank` is lost; new sessions go elsewhere. The caller restores
   // that worker's sessions with restore_on() (a living worker: pick_living()).
   void mark_lost(int rank);
+  // `rank` lives again (a new process joined in its place): its sessions go to it again.
+  void mark_rejoined(int rank) { lost_.erase(rank); }
   std::vector<int> living_workers() const;
   int pick_living(std::uint64_t session) const;  // -1 when none lives
   std::uint64_t restore_on(std::uint64_t session, const std::vector<std::uint8_t>& snapshot, int worker_rank);

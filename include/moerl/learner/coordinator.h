@@ -36,6 +36,7 @@
 #include "moerl/learner/episode_inbox.h"
 #include "moerl/learner/progress_watch.h"
 #include "moerl/learner/task_coordinator.h"
+#include "moerl/runtime/env_join.h"
 #include "moerl/runtime/failover_messages.h"
 #include "moerl/runtime/heartbeat.h"
 #include "moerl/telemetry/metric_warnings.h"
@@ -58,6 +59,8 @@ struct CoordinatorSettings {
   std::string metrics_path = "metrics.jsonl";  // <run dir>/[telemetry] metrics_file
   double message_timeout_s = 60.0;             // [cluster]: how long the progress watch waits for episodes
   std::int64_t malformed_message_limit = 5;    // [cluster]: from one rank, before the job stops
+  std::string run_directory;                   // where `moerl ctl add-env` leaves its requests (control/)
+  std::string config_toml;                     // the resolved configuration, for env workers that join
 };
 
 CoordinatorSettings coordinator_settings(const config::Config& config);
@@ -156,6 +159,11 @@ class Coordinator {
   void take_release_requests(double now);
   void decide_releases(double now);
   std::string release_refusal(int rank) const;
+  // Env workers joining again (coordinator_join.cpp).
+  void take_join_requests(double now);
+  void start_join(int rank, double now);
+  void watch_join(double now);
+  std::string join_refusal(int rank) const;
   // The Prometheus page (coordinator_metrics.cpp): every rank's latest
   // metrics, learner 0's own as of now, and the heartbeat age of every rank.
   std::string prometheus_page() const;
@@ -187,6 +195,14 @@ class Coordinator {
   std::map<int, std::string> released_;                     // granted, not yet seen gone: rank -> reason
   std::map<std::uint64_t, rollout::TaskGroup> cancelling_;  // training groups of lost actors, asked to cancel
   std::set<int> gone_by_release_;                           // released env workers, seen gone (no heartbeat to watch)
+  std::unique_ptr<runtime::EnvJoinService> join_service_;   // with the actors: spawns env workers that join
+  struct Joining {
+    int rank = -1;
+    double started_at = 0;
+  };
+  std::optional<Joining> joining_;  // one join at a time
+  double next_join_scan_ = 0;
+  bool join_stuck_ = false;  // a join's spawn never returned: no other can start
   telemetry::MetricWarnings metric_warnings_;
   std::atomic<bool> sync_broken_{false};
   std::atomic<bool> stopping_{false};

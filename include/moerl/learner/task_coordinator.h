@@ -64,6 +64,14 @@ struct RankFailure {
   std::int64_t steps_lost = 0;  // a restart: steps done after the checkpoint it resumed from, run again
 };
 
+// An env worker's rank filled again by a new process (runtime/env_join.h).
+struct RankRejoin {
+  int rank = -1;
+  int role_index = -1;
+  std::int64_t step = 0;      // learner steps completed when it joined
+  double joined_after_s = 0;  // from the request to the spawn's return
+};
+
 class TaskCoordinator {
  public:
   enum class Phase { EvalBefore, Train, EvalAfter, Done };
@@ -83,6 +91,7 @@ class TaskCoordinator {
   // A lost rank or a restart of the job (summary.json `failures`, kept across resumes).
   void record_rank_failure(const RankFailure& failure) { rank_failures_.push_back(failure); }
   const std::vector<RankFailure>& rank_failures() const { return rank_failures_; }
+  void record_rank_rejoin(const RankRejoin& rejoin) { rank_rejoins_.push_back(rejoin); }
   RankFailure& rank_failure(size_t index) { return rank_failures_.at(index); }
   const FamilyBreaker& breaker() const { return breaker_; }
   // After every learner step: how many groups all learners consumed and dropped.
@@ -188,6 +197,7 @@ class TaskCoordinator {
   std::int64_t min_version_floor_ = 0;      // resumed runs: episodes need at least the resumed weights
   FailureTally failures_;                   // the whole run's (resumes included), training and evaluation
   std::vector<RankFailure> rank_failures_;  // the whole run's
+  std::vector<RankRejoin> rank_rejoins_;    // this attempt's
   FamilyBreaker breaker_;
   Curriculum curriculum_;
   PeriodicEvaluation periodic_;

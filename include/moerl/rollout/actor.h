@@ -42,6 +42,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "moerl/comm/communicator.h"
@@ -169,6 +170,9 @@ class Actor {
   // Failover (actor_failover.cpp).
   void act_on_lost_ranks();
   int restore_sessions_of(int env_worker_rank);  // returns the sessions moved
+  // Env workers whose rank a new process filled (runtime/env_join.h): used
+  // again once this actor reaches them (its own spawn has returned).
+  void take_rejoined_env_workers();
   void on_restored(Episode& episode);
   void recover_sync_group();
   // Learner 0's broadcast on sync_comm, or, with expert-parallel learners
@@ -205,6 +209,8 @@ class Actor {
   runtime::RankLoad* load_ = nullptr;
   bool standby_ = false;                             // a standby actor not (yet) promoted
   std::uint64_t lost_epoch_ = 0;                     // lost-rank notices acted on
+  std::uint64_t rejoin_epoch_ = 0;                   // rejoins acted on
+  std::set<int> rejoined_unreached_;                 // rejoined env workers this actor has no route to yet
   int corrupt_versions_in_a_row_ = 0;                // weights versions refused by their checksums
   std::map<std::uint64_t, int> group_members_done_;  // group id -> members sent
   std::map<std::uint64_t, int> group_sizes_;         // group id -> members it has

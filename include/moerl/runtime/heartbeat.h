@@ -74,6 +74,8 @@ class HeartbeatThread {
   void set_job_progress(std::int64_t step, std::int64_t published_version);
   // Learner 0: ranks declared lost since the last call (each once).
   std::vector<LostRank> take_lost();
+  // Learner 0: a lost rank lives again (an env worker joined in its place, runtime/env_join.h).
+  void revive(int rank);
   // Learner 0: the latest heartbeat of `rank` (its identity, load), if any.
   std::optional<Heartbeat> last_heartbeat(int rank) const;
   // Learner 0: every other rank, how long since it last beat (since the

@@ -86,6 +86,10 @@ std::optional<JobAbortNotice> poll_job_abort();
 // Ends this process now with `status`: the abort cleanups, then MPI_Abort
 // (which under ULFM ends this rank only; without it, the whole job).
 [[noreturn]] void end_this_rank(int status);
+// A process that joined a running job (runtime/env_join.h): MPI_Abort there
+// ends every process the job's launcher started, spawned ones included, so
+// such a process only ends itself; learner 0 sees it lost.
+void end_without_mpi_abort();
 
 // The end of a job: every living rank tells learner 0 it is done and learner
 // 0 answers each, within timeout_s. MPI_Finalize waits for every rank, so

@@ -20,20 +20,37 @@
 
 namespace moerl::runtime {
 
+//
+// Rejoining: an env worker that left (released or lost) may come back as a
+// new process that joined the running job (runtime/env_join.h). Its notices
+// stay in the history (all(), epoch()), but it is no longer lost (contains(),
+// ranks()) until a new notice says it was lost again.
 class LostRanks {
  public:
-  // Records a notice (once per rank); true when it was new.
+  // Records a notice (once per loss of a rank); true when it was new.
   bool add(const RankLost& lost);
+  // Every notice so far, oldest first (rejoined ranks' included).
   std::vector<RankLost> all() const;
-  std::set<int> ranks() const;
+  std::set<int> ranks() const;  // lost now
   bool contains(int rank) const;
+  // Lost now or before a rejoin: the ranks whose first process is gone.
+  std::set<int> ever_lost() const;
   // Grows with every new notice: a role compares it with the epoch it last acted on.
   std::uint64_t epoch() const;
+  // `rank`, lost, lives again; true when it was lost until now.
+  bool rejoin(int rank);
+  // Grows with every rejoin; rejoined_since(e) lists the ranks that rejoined after epoch e.
+  std::uint64_t rejoin_epoch() const;
+  std::vector<int> rejoined_since(std::uint64_t epoch) const;
   void clear();  // tests
 
  private:
+  bool lost_now(int rank) const;  // mutex_ held
+
   mutable std::mutex mutex_;
   std::vector<RankLost> lost_;
+  std::set<int> rejoined_;    // ranks whose latest notice a rejoin followed
+  std::vector<int> rejoins_;  // every rejoin, in order
 };
 
 LostRanks& lost_ranks();

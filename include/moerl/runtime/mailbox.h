@@ -48,6 +48,13 @@ class Mailbox {
 
   int rank() const { return rank_; }
   MPI_Comm comm() const;  // MPI_COMM_NULL over a transport without MPI
+  // A rank outside comm(), reached through an intercommunicator (Transport::route_peer).
+  void route_peer(int rank, MPI_Comm intercomm, int remote_rank) {
+    transport_->route_peer(rank, intercomm, remote_rank);
+  }
+  bool has_route(int rank) const { return transport_->has_route(rank); }
+  // Ranks MPI reports dead (Transport::failed_peers).
+  std::vector<int> failed_peers() const { return transport_->failed_peers(); }
   int size() const { return size_; }
   double timeout_s() const { return timeout_s_; }
 

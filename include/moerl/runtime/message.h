@@ -53,8 +53,10 @@ enum class MessageType : std::uint16_t {
   EndOfJob = 22,              // every rank -> learner 0 and back: the handshake before MPI_Finalize
   EnvReleaseRequest = 23,     // an env worker -> learner 0: a SIGTERM asks to take it out of the job
   EnvReleaseReply = 24,       // learner 0 -> that env worker: released, or why not
+  EnvJoinStart = 25,          // learner 0 -> actors: spawn a new env worker in a gone one's rank, together
+  RankRejoined = 26,          // learner 0 -> every rank: a gone env worker's rank lives again (a new process)
 };
-constexpr std::uint16_t kMaxMessageType = 24;
+constexpr std::uint16_t kMaxMessageType = 26;
 
 const char* message_type_name(MessageType type);
 bool is_known_message_type(std::uint16_t value);

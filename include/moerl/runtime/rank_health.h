@@ -41,6 +41,9 @@ class RankHealth {
   std::vector<std::string> actors_behind(double now);
 
   bool is_lost(int rank) const;
+  // A lost rank lives again (a new process joined in its place): watched
+  // from `now` on, as if it had just beaten.
+  void revive(int rank, double now);
   const Heartbeat* last(int rank) const;  // null if it never beat
   double last_heard(int rank) const;      // monotonic time; the start if never
 

@@ -38,6 +38,14 @@ class Transport {
   virtual std::optional<ReceivedFrame> poll(int tag, int source) = 0;
   // The MPI communicator underneath; MPI_COMM_NULL for one that has none.
   virtual MPI_Comm mpi_comm() const { return MPI_COMM_NULL; }
+  // A rank that lives outside that communicator (an env worker that joined
+  // the running job, runtime/env_join.h) is reached through `intercomm`, at
+  // `remote_rank` there. Transports without MPI cannot do this (they throw).
+  virtual void route_peer(int rank, MPI_Comm intercomm, int remote_rank);
+  virtual bool has_route(int rank) const { return (void)rank, false; }
+  // Ranks that MPI reports dead, except those reached through a route now
+  // (the rank's first process died; the one that joined in its place lives).
+  virtual std::vector<int> failed_peers() const { return {}; }
 };
 
 }  // namespace moerl::runtime

@@ -15,6 +15,15 @@ namespace moerl::runtime {
 class World {
  public:
   World(const config::Config& config, MPI_Comm parent);
+  // A process that joined the running job as env worker `rank`
+  // (runtime/env_join.h): it shares no communicator with the job; its
+  // messages go through the Mailbox's routes. `threads`: learner 0's choice,
+  // unless MOERL_THREADS_PER_RANK says otherwise.
+  struct Joined {
+    int rank = -1;
+    int threads = 1;
+  };
+  World(const config::Config& config, Joined joined);
   ~World();
   World(const World&) = delete;
   World& operator=(const World&) = delete;
@@ -25,6 +34,7 @@ class World {
   int role_index() const { return self_.index; }
   const RankLayout& layout() const { return layout_; }
   bool is_coordinator() const { return self_.rank == RankLayout::kCoordinatorRank; }
+  bool joined() const { return joined_; }  // a process that joined the running job
   // "learner 0", "actor 3": how logs and errors name this rank's role.
   std::string role_label() const;
 
@@ -35,6 +45,10 @@ class World {
   MPI_Comm role_comm() const { return role_; }
   // Learner 0, the actors and standby actors: weight publication. MPI_COMM_NULL elsewhere.
   MPI_Comm sync_comm() const { return sync_; }
+  // Learner 0, the actors and standby actors, for spawning env workers that
+  // join the running job together (runtime/env_join.h); a duplicate, used for
+  // nothing else. MPI_COMM_NULL elsewhere.
+  MPI_Comm join_comm() const { return join_; }
   // Expert parallelism: [cluster] expert_parallel = P learners and
   // [rollout] expert_parallel = P actors per expert group. For a learner or
   // actor whose role's P > 1: the P consecutive ranks of its role whose MoE
@@ -73,6 +87,8 @@ class World {
   MPI_Comm messages_ = MPI_COMM_NULL;
   MPI_Comm role_ = MPI_COMM_NULL;
   MPI_Comm sync_ = MPI_COMM_NULL;
+  MPI_Comm join_ = MPI_COMM_NULL;
+  bool joined_ = false;
   MPI_Comm expert_ = MPI_COMM_NULL;
   MPI_Comm expert_replicas_ = MPI_COMM_NULL;
   MPI_Comm expert_sync_ = MPI_COMM_NULL;
