@@ -37,7 +37,6 @@ struct RankRecord {
   int role_index = -1;
   std::string host;
   pid_t pid = 0;
-  double started_at = 0;
 };
 
 // The rank record, or nullopt after printing why it cannot be read.
@@ -53,10 +52,8 @@ std::optional<RankRecord> read_rank_record(const std::string& run_dir, int rank)
   text << in.rdbuf();
   try {
     const JsonValue json = JsonValue::parse(text.str());
-    const std::optional<JsonValue> started = json.find("started_at");
     return RankRecord{json.at("role").as_string(), static_cast<int>(json.at("role_index").as_number()),
-                      json.at("host").as_string(), static_cast<pid_t>(json.at("pid").as_number()),
-                      started ? started->as_number() : 0.0};
+                      json.at("host").as_string(), static_cast<pid_t>(json.at("pid").as_number())};
   } catch (const std::exception& error) {
     std::fprintf(stderr, "moerl ctl: %s: not a rank record: %s\n", path.c_str(), error.what());
     return std::nullopt;
@@ -137,10 +134,10 @@ int run_ctl_add_env(const CtlOptions& options) {
     std::fprintf(stderr, "moerl ctl: %s was not added back: %s\n", who.c_str(), answer.c_str());
     return answer.rfind("refused", 0) == 0 ? kUsageError : 1;
   }
-  // The new process writes its rank record once it reaches its peers.
+  // The new process writes its rank record (with its own pid) once it reaches its peers.
   while (wall_seconds() < deadline) {
     const std::optional<RankRecord> joined = read_rank_record(options.run_dir, options.rank);
-    if (joined && joined->started_at >= asked_at) {
+    if (joined && joined->pid != worker->pid) {
       std::printf("moerl ctl: %s joined the job again: pid %d on %s\n", who.c_str(), static_cast<int>(joined->pid),
                   joined->host.c_str());
       return 0;

@@ -3,7 +3,9 @@
 # job; its sessions move to the other env worker, every step completes, no
 # session fails, and summary.json counts a release, not a loss. A SIGTERM to
 # the whole job still stops it with a checkpoint (no release), and the last
-# env worker is not released (the job stops instead).
+# env worker is not released (the job stops instead). `moerl ctl add-env`
+# brings a released and a SIGKILLed env worker back as new processes that
+# serve sessions until the job ends.
 source "$(dirname "$0")/lib.sh" "$@"
 needs_ulfm
 pretrain_tiny
@@ -91,4 +93,46 @@ wait_job "$job" 120 "last"
 expect_contains last.txt "refused: it is the last env worker" "last: the refusal names why"
 "$MOERL" checkpoint list "$WORK/runs/last/checkpoints" >last_list.txt 2>&1
 expect_contains last_list.txt "valid" "last: a checkpoint written at the stop"
+# 5. Scale back up: release env worker 1 (rank 4), add it back; SIGKILL env
+# worker 0 (rank 3), add it back. Every step completes, no session fails,
+# both new processes serve sessions to the end.
+STEPS=600
+start rejoin --set optim.total_steps=$STEPS --set checkpoint.every_steps=0
+wait_for_line rejoin.txt "step 2/$STEPS " 120 || fail "rejoin: step 2 never came"
+first_pid=$(rank_pid rejoin 4)
+"$MOERL" ctl release-env "$WORK/runs/rejoin" 4 >rejoin_release.txt 2>&1
+expect_status 0 $? "rejoin: release-env 4"
+"$MOERL" ctl add-env "$WORK/runs/rejoin" 3 >alive.txt 2>&1
+expect_status 2 $? "rejoin: add-env on a living env worker is refused"
+expect_contains alive.txt "env worker 0 (rank 3) is in the job" "rejoin: the refusal names the rank"
+"$MOERL" ctl add-env "$WORK/runs/rejoin" 1 >actor.txt 2>&1
+expect_status 2 $? "rejoin: add-env on an actor is refused"
+expect_contains actor.txt "rank 1 is actor 0, not an env worker" "rejoin: ctl names the role"
+"$MOERL" ctl add-env "$WORK/runs/rejoin" 4 >add4.txt 2>&1
+expect_status 0 $? "rejoin: add-env 4"
+expect_contains add4.txt "env_worker 1 (rank 4) joined the job again" "rejoin: ctl reports the join"
+second_pid=$(rank_pid rejoin 4)
+[ -n "$second_pid" ] && [ "$second_pid" != "$first_pid" ] || fail "rejoin: rank 4's record names no new process"
+kill -0 "$second_pid" 2>/dev/null || fail "rejoin: the new rank 4 ($second_pid) does not run"
+kill -KILL "$(rank_pid rejoin 3)"
+wait_for_line rejoin.txt "recovered from the loss of rank 3" 60 || fail "rejoin: the loss of rank 3 was not recovered"
+"$MOERL" ctl add-env "$WORK/runs/rejoin" 3 >add3.txt 2>&1
+expect_status 0 $? "rejoin: add-env 3 after a SIGKILL"
+wait_job "$job" 240 rejoin
+expect_status 0 $? "rejoin: exit status"
+expect_contains rejoin.txt "step $STEPS/$STEPS " "rejoin: every step"
+grep -q "env failures\|failed for good" rejoin.txt && fail "rejoin: sessions failed"
+for worker in 0 1; do
+  served=$(grep -ao "env_worker $worker (joined during the run): sent [0-9]* replies" rejoin.txt | grep -o "[0-9]* replies")
+  [ "${served%% *}" -gt 0 ] 2>/dev/null || fail "rejoin: the new env worker $worker served no session ($served)"
+done
+python3 - "$WORK/runs/rejoin" <<'PY' || fail "rejoin: summary.json"
+import json, sys
+s = json.load(open(f"{sys.argv[1]}/summary.json"))
+print("failures:", s["failures"], "rejoins:", s["rejoins"])
+assert s["steps_completed"] == s["steps"] and s["restarts"] == 0, s
+assert [(x["rank"], x["kind"].split(":")[0]) for x in s["failures"]] == [(4, "released"), (3, "lost")], s["failures"]
+assert [r["rank"] for r in s["rejoins"]] == [4, 3], s["rejoins"]
+assert all(0 < r["joined_after_s"] < 60 for r in s["rejoins"]), s["rejoins"]
+PY
 finish

@@ -6,6 +6,7 @@
 #include "moerl/config/fault_plan.h"
 #include "moerl/core/error.h"
 #include "moerl/runtime/heartbeat_messages.h"
+#include "moerl/runtime/lost_ranks.h"
 #include "moerl/runtime/rank_health.h"
 
 using namespace moerl;
@@ -84,6 +85,56 @@ TEST_CASE("an actor behind the published weights past the timeout is flagged onc
   REQUIRE(behind.size() == 1);
   CHECK_THAT(behind[0], Catch::Contains("actor 1 (rank 2"));
   CHECK(health.actors_behind(12.0).empty());
+}
+
+TEST_CASE("a revived rank (an env worker that joined again) is watched anew, and can be lost again",
+          "[runtime][heartbeat]") {
+  RankHealth health(four_ranks(), 10.0, 0.0);
+  for (int rank = 1; rank < 4; ++rank) health.beat(beat_of(rank), 1.0);
+  for (double t : {5.0, 10.0, 15.0, 20.0}) {
+    health.beat(beat_of(1), t);
+    health.beat(beat_of(2), t);
+  }
+  REQUIRE(health.check(12.0).size() == 1);  // env worker 3, silent since 1.0
+  CHECK(health.is_lost(3));
+  health.revive(3, 20.0);
+  CHECK_FALSE(health.is_lost(3));
+  CHECK(health.check(25.0).empty());  // silent 5 s since the revival: within the timeout
+  Heartbeat newcomer = beat_of(3);
+  newcomer.pid = 2003;
+  health.beat(newcomer, 26.0);
+  REQUIRE(health.last(3) != nullptr);
+  CHECK(health.last(3)->pid == 2003);  // a revived rank's beats count again
+  health.beat(beat_of(1), 30.0);
+  health.beat(beat_of(2), 30.0);
+  const std::vector<LostRank> lost = health.check(36.5);
+  REQUIRE(lost.size() == 1);
+  CHECK(lost[0].rank == 3);
+  CHECK(lost[0].pid == 2003);
+}
+
+TEST_CASE("lost ranks: a rejoin ends a loss but keeps the history, and a rejoined rank can be lost again",
+          "[runtime][failover]") {
+  LostRanks registry;
+  RankLost first{4, "env_worker", 1, "node7", 1004, "released on its signal 15"};
+  CHECK(registry.add(first));
+  CHECK_FALSE(registry.add(first));  // once per loss
+  CHECK(registry.contains(4));
+  CHECK_FALSE(registry.rejoin(3));  // never lost
+  CHECK(registry.rejoin(4));
+  CHECK_FALSE(registry.rejoin(4));  // already back
+  CHECK_FALSE(registry.contains(4));
+  CHECK(registry.ranks().empty());
+  CHECK(registry.ever_lost() == std::set<int>{4});
+  CHECK(registry.epoch() == 1);  // the notice stays: roles index the history by epoch
+  CHECK(registry.rejoin_epoch() == 1);
+  CHECK(registry.rejoined_since(0) == std::vector<int>{4});
+  CHECK(registry.rejoined_since(1).empty());
+  RankLost second{4, "env_worker", 1, "node7", 2004, "no heartbeat for 10.1 s"};
+  CHECK(registry.add(second));  // the new process is lost in its turn
+  CHECK(registry.contains(4));
+  CHECK(registry.epoch() == 2);
+  CHECK(registry.all().back().pid == 2004);
 }
 
 TEST_CASE("learner 0's end-of-job answer carries the ranks to fence", "[runtime][wire]") {
