@@ -4,8 +4,11 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "moerl/core/check.h"
 #include "moerl/runtime/job_control.h"
@@ -43,12 +46,36 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   }
 }
 
+namespace {
+
+std::mutex g_intercomms_mutex;
+std::vector<MPI_Comm> g_intercomms;
+
+// Collective with the processes on the other side, who do the same at their end of the job.
+void disconnect_intercomms() {
+  std::vector<MPI_Comm> comms;
+  {
+    std::lock_guard<std::mutex> lock(g_intercomms_mutex);
+    comms.swap(g_intercomms);
+  }
+  for (MPI_Comm& comm : comms) MPI_Comm_disconnect(&comm);
+}
+
+}  // namespace
+
+void remember_intercomm(MPI_Comm intercomm) {
+  std::lock_guard<std::mutex> lock(g_intercomms_mutex);
+  if (std::find(g_intercomms.begin(), g_intercomms.end(), intercomm) == g_intercomms.end())
+    g_intercomms.push_back(intercomm);
+}
+
 MpiSession::~MpiSession() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
   set_abort_channel(MPI_COMM_NULL);
   MPI_Comm_free(&abort_channel_);
+  disconnect_intercomms();
   MPI_Finalize();
 }
 
@@ -68,6 +95,7 @@ void MpiSession::finalize_within(double deadline_s, int status) {
   }).detach();
   set_abort_channel(MPI_COMM_NULL);
   MPI_Comm_free(&abort_channel_);
+  disconnect_intercomms();
   MPI_Finalize();
 }
 

@@ -8,6 +8,7 @@
 #include "moerl/runtime/backoff.h"
 #include "moerl/runtime/fault_tolerance.h"
 #include "moerl/runtime/mailbox.h"
+#include "moerl/runtime/mpi_session.h"
 
 namespace moerl::runtime {
 
@@ -25,6 +26,7 @@ void Transport::route_peer(int rank, MPI_Comm, int) {
 void MpiTransport::route_peer(int rank, MPI_Comm intercomm, int remote_rank) {
   // A dead peer must be an error code here too, as on the job's communicator.
   MOERL_MPI_CHECK(MPI_Comm_set_errhandler(intercomm, MPI_ERRORS_RETURN));
+  remember_intercomm(intercomm);
   std::lock_guard<std::mutex> lock(routes_mutex_);
   routes_[rank] = Route{intercomm, remote_rank};
 }

@@ -36,6 +36,13 @@ class MpiSession {
   MPI_Comm abort_channel_ = MPI_COMM_NULL;  // a duplicate of the world for abort_job()
 };
 
+// An intercommunicator to processes outside this job's world (an env
+// worker that joined the running job, runtime/env_join.h). Every one is
+// disconnected before MPI_Finalize (finalize_within: within its deadline):
+// measured with Open MPI 5.0.11 under ULFM, learner 0 and the actors that
+// had spawned a process never returned from MPI_Finalize otherwise.
+void remember_intercomm(MPI_Comm intercomm);
+
 // A session when MPI is not initialised yet, else null: for code (such as a
 // benchmark) that may run inside or outside a command that started MPI.
 std::unique_ptr<MpiSession> start_mpi_unless_running();
