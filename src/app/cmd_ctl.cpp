@@ -26,6 +26,8 @@
 #include "commands.h"
 #include "moerl/core/json_value.h"
 #include "moerl/runtime/placement.h"
+#include "moerl/storage/atomic_file.h"
+#include "moerl/telemetry/metrics.h"
 
 namespace moerl::app {
 namespace {
@@ -78,13 +80,9 @@ bool wait_until_gone(pid_t pid, double timeout_s) {
   return true;
 }
 
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // Learner 0's answer to an add-env request, or "" when none came in time.
 std::string wait_for_answer(const std::string& path, double deadline) {
-  while (wall_seconds() < deadline) {
+  while (telemetry::unix_time_seconds() < deadline) {
     std::ifstream in(path);
     std::string answer;
     if (in && std::getline(in, answer) && !answer.empty()) return answer;
@@ -115,12 +113,8 @@ int run_ctl_add_env(const CtlOptions& options) {
   const std::string stem = control + "/add-env-" + std::to_string(options.rank);
   std::filesystem::create_directories(control);
   std::filesystem::remove(stem + ".result");
-  const double asked_at = wall_seconds();
-  {
-    std::ofstream out(stem + ".request.tmp", std::ios::trunc);
-    out << "add-env " << options.rank << "\n";
-  }
-  std::filesystem::rename(stem + ".request.tmp", stem + ".request");
+  const double asked_at = telemetry::unix_time_seconds();
+  storage::write_file_atomically(stem + ".request", "add-env " + std::to_string(options.rank) + "\n");
   std::printf("moerl ctl: asked learner 0 to bring %s back into the job\n", who.c_str());
   std::fflush(stdout);
   const double deadline = asked_at + options.timeout_s;
@@ -135,7 +129,7 @@ int run_ctl_add_env(const CtlOptions& options) {
     return answer.rfind("refused", 0) == 0 ? kUsageError : 1;
   }
   // The new process writes its rank record (with its own pid) once it reaches its peers.
-  while (wall_seconds() < deadline) {
+  while (telemetry::unix_time_seconds() < deadline) {
     const std::optional<RankRecord> joined = read_rank_record(options.run_dir, options.rank);
     if (joined && joined->pid != worker->pid) {
       std::printf("moerl ctl: %s joined the job again: pid %d on %s\n", who.c_str(), static_cast<int>(joined->pid),

@@ -205,11 +205,9 @@ std::optional<runtime::DeviceChoice> agreed_device(const config::Config& config,
   return std::nullopt;
 }
 
-int run_roles(const config::Config& config, const TrainOptions& options, const runtime::PlacedWorld& placed) {
-  runtime::World world(config, placed.comm());
-  std::optional<runtime::DeviceChoice> device = runtime::DeviceChoice{};  // a dry run touches no device
-  if (!options.dry_run) device = agreed_device(config, world);
-  if (!device) return config::kConfigErrorExitStatus;
+// Once a rank knows its place: its logging (its role on every line, [telemetry]
+// per_rank_log_files), its metrics' identity and its compute threads.
+void start_rank(const config::Config& config, const runtime::World& world) {
   std::string per_rank_file;
   if (config.telemetry.per_rank_log_files)
     per_rank_file = config.run_directory() + "/logs/rank-" + std::to_string(world.rank()) + ".log";
@@ -217,6 +215,14 @@ int run_roles(const config::Config& config, const TrainOptions& options, const r
   telemetry::metrics().set_identity(world.rank(), runtime::role_name(world.role()));
   // Deterministic runs: one thread, so no result depends on the host's core count.
   set_compute_threads(config.run.deterministic ? 1 : world.compute_threads());
+}
+
+int run_roles(const config::Config& config, const TrainOptions& options, const runtime::PlacedWorld& placed) {
+  runtime::World world(config, placed.comm());
+  std::optional<runtime::DeviceChoice> device = runtime::DeviceChoice{};  // a dry run touches no device
+  if (!options.dry_run) device = agreed_device(config, world);
+  if (!device) return config::kConfigErrorExitStatus;
+  start_rank(config, world);
   runtime::Mailbox mailbox(world.message_comm(), config.cluster.message_timeout_s);
   if (world.is_coordinator()) spdlog::info("MPI: {}", runtime::mpi_description());
   if (world.is_coordinator()) spdlog::info("BLAS: {}", blas::blas_summary());
@@ -286,12 +292,7 @@ int run_join_env(const JoinEnvOptions& options) {
     MOERL_CHECK(world.size() == options.world_size, "moerl join-env: the configuration's layout has " +
                                                         std::to_string(world.size()) + " ranks, the job " +
                                                         std::to_string(options.world_size));
-    std::string per_rank_file;
-    if (config.telemetry.per_rank_log_files)
-      per_rank_file = config.run_directory() + "/logs/rank-" + std::to_string(world.rank()) + ".log";
-    runtime::init_logging({config.telemetry.log_level, world.rank(), world.role_label(), per_rank_file});
-    telemetry::metrics().set_identity(world.rank(), runtime::role_name(world.role()));
-    set_compute_threads(world.compute_threads());
+    start_rank(config, world);
     const int status = serve_as_joined_env_worker(config, world, parents);
     mpi.finalize_within(config.cluster.shutdown_timeout_s, status);
     return status;

@@ -14,13 +14,13 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
-#include <fstream>
 #include <regex>
 
 #include "moerl/learner/coordinator.h"
 #include "moerl/runtime/fault_tolerance.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/lost_ranks.h"
+#include "moerl/storage/atomic_file.h"
 #include "moerl/telemetry/metrics.h"
 
 namespace moerl::learner {
@@ -40,15 +40,14 @@ std::optional<int> requested_rank(const std::string& file_name) {
   return std::stoi(match[1].str());
 }
 
-void write_atomically(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text << "\n";
+// A file of the control directory (an answer the requester waits for, the
+// job's configuration); one that cannot be written is logged, and the job goes on.
+void write_control_file(const std::filesystem::path& path, const std::string& text) {
+  try {
+    storage::write_file_atomically(path.string(), text + "\n");
+  } catch (const std::exception& error) {
+    spdlog::error("learner 0: {}", error.what());
   }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) spdlog::error("learner 0: cannot write {}: {}", path.string(), error.message());
 }
 
 }  // namespace
@@ -72,7 +71,7 @@ void Coordinator::take_join_requests(double now) {
       continue;
     }
     spdlog::warn("moerl ctl add-env {}: refused: {}", rank, refusal);
-    write_atomically(directory / ("add-env-" + std::to_string(rank) + ".result"), "refused: " + refusal);
+    write_control_file(directory / ("add-env-" + std::to_string(rank) + ".result"), "refused: " + refusal);
   }
 }
 
@@ -101,7 +100,7 @@ std::string Coordinator::join_refusal(int rank) const {
 void Coordinator::start_join(int rank, double now) {
   const std::filesystem::path directory = control_directory(settings_.run_directory);
   const std::filesystem::path config_path = directory / "job-config.toml";
-  write_atomically(config_path, settings_.config_toml);
+  write_control_file(config_path, settings_.config_toml);
   runtime::EnvJoinStart start;
   start.rank = rank;
   start.config_path = std::filesystem::absolute(config_path).string();
@@ -135,12 +134,12 @@ void Coordinator::watch_join(double now) {
     join_stuck_ = true;
     joining_.reset();
     spdlog::error("env worker rank {}: the join's spawn did not complete within {:.0f} s", rank, limit);
-    write_atomically(result, "failed: the spawn did not complete within " + std::to_string(static_cast<int>(limit)) +
-                                 " s (2 x [cluster] message_timeout_s)");
+    write_control_file(result, "failed: the spawn did not complete within " + std::to_string(static_cast<int>(limit)) +
+                                   " s (2 x [cluster] message_timeout_s)");
     return;
   }
   if (state == runtime::EnvJoinService::State::Failed) {
-    write_atomically(result, "failed: " + join_service_->error());
+    write_control_file(result, "failed: " + join_service_->error());
     join_service_->reset();
     joining_.reset();
     return;
@@ -162,7 +161,7 @@ void Coordinator::watch_join(double now) {
   telemetry::metrics().add("coordinator.rejoined_ranks");
   spdlog::warn("env worker {} (rank {}) joined the job again after {:.1f} s; sessions go to it again", index, rank,
                now - joining_->started_at);
-  write_atomically(result, "joined");
+  write_control_file(result, "joined");
   join_service_->reset();
   joining_.reset();
 }

@@ -13,9 +13,9 @@
 namespace moerl::rollout {
 
 void Actor::take_rejoined_env_workers() {
-  const std::uint64_t epoch = runtime::lost_ranks().rejoin_epoch();
-  for (int rank : runtime::lost_ranks().rejoined_since(rejoin_epoch_)) rejoined_unreached_.insert(rank);
-  rejoin_epoch_ = epoch;
+  const std::vector<int> rejoined = runtime::lost_ranks().rejoined_since(rejoins_taken_);
+  rejoined_unreached_.insert(rejoined.begin(), rejoined.end());
+  rejoins_taken_ += rejoined.size();
   for (auto it = rejoined_unreached_.begin(); it != rejoined_unreached_.end();) {
     if (!mailbox_.has_route(*it) || runtime::lost_ranks().contains(*it)) {
       ++it;

@@ -28,6 +28,11 @@ class InProcessTransport : public Transport {
     return std::nullopt;
   }
 
+  // Threads standing in for ranks share no intercommunicator with anyone.
+  void route_peer(int rank, MPI_Comm, int) override {
+    throw Error("an in-process transport cannot reach rank " + std::to_string(rank) + " outside its hub");
+  }
+
  private:
   std::shared_ptr<InProcessHub> hub_;
   int rank_;

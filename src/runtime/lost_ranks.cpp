@@ -53,15 +53,10 @@ bool LostRanks::rejoin(int rank) {
   return true;
 }
 
-std::uint64_t LostRanks::rejoin_epoch() const {
+std::vector<int> LostRanks::rejoined_since(std::uint64_t taken) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return rejoins_.size();
-}
-
-std::vector<int> LostRanks::rejoined_since(std::uint64_t epoch) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (epoch >= rejoins_.size()) return {};
-  return std::vector<int>(rejoins_.begin() + static_cast<std::ptrdiff_t>(epoch), rejoins_.end());
+  if (taken >= rejoins_.size()) return {};
+  return std::vector<int>(rejoins_.begin() + static_cast<std::ptrdiff_t>(taken), rejoins_.end());
 }
 
 std::uint64_t LostRanks::epoch() const {

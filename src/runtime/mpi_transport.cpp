@@ -19,10 +19,6 @@ MpiTransport::MpiTransport(MPI_Comm comm) : comm_(comm) {
 
 MpiTransport::MpiTransport(int rank, int size) : comm_(MPI_COMM_NULL), rank_(rank), size_(size) {}
 
-void Transport::route_peer(int rank, MPI_Comm, int) {
-  throw Error("this transport cannot reach rank " + std::to_string(rank) + " outside its communicator");
-}
-
 void MpiTransport::route_peer(int rank, MPI_Comm intercomm, int remote_rank) {
   // A dead peer must be an error code here too, as on the job's communicator.
   MOERL_MPI_CHECK(MPI_Comm_set_errhandler(intercomm, MPI_ERRORS_RETURN));

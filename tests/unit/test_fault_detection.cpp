@@ -127,7 +127,6 @@ TEST_CASE("lost ranks: a rejoin ends a loss but keeps the history, and a rejoine
   CHECK(registry.ranks().empty());
   CHECK(registry.ever_lost() == std::set<int>{4});
   CHECK(registry.epoch() == 1);  // the notice stays: roles index the history by epoch
-  CHECK(registry.rejoin_epoch() == 1);
   CHECK(registry.rejoined_since(0) == std::vector<int>{4});
   CHECK(registry.rejoined_since(1).empty());
   RankLost second{4, "env_worker", 1, "node7", 2004, "no heartbeat for 10.1 s"};

@@ -209,7 +209,7 @@ class Actor {
   runtime::RankLoad* load_ = nullptr;
   bool standby_ = false;                             // a standby actor not (yet) promoted
   std::uint64_t lost_epoch_ = 0;                     // lost-rank notices acted on
-  std::uint64_t rejoin_epoch_ = 0;                   // rejoins acted on
+  std::uint64_t rejoins_taken_ = 0;                  // rejoins acted on (LostRanks::rejoined_since)
   std::set<int> rejoined_unreached_;                 // rejoined env workers this actor has no route to yet
   int corrupt_versions_in_a_row_ = 0;                // weights versions refused by their checksums
   std::map<std::uint64_t, int> group_members_done_;  // group id -> members sent

@@ -39,9 +39,8 @@ class LostRanks {
   std::uint64_t epoch() const;
   // `rank`, lost, lives again; true when it was lost until now.
   bool rejoin(int rank);
-  // Grows with every rejoin; rejoined_since(e) lists the ranks that rejoined after epoch e.
-  std::uint64_t rejoin_epoch() const;
-  std::vector<int> rejoined_since(std::uint64_t epoch) const;
+  // Every rejoin after the first `taken` ones, in order (a role counts what it took).
+  std::vector<int> rejoined_since(std::uint64_t taken) const;
   void clear();  // tests
 
  private:

@@ -41,7 +41,7 @@ class Transport {
   // A rank that lives outside that communicator (an env worker that joined
   // the running job, runtime/env_join.h) is reached through `intercomm`, at
   // `remote_rank` there. Transports without MPI cannot do this (they throw).
-  virtual void route_peer(int rank, MPI_Comm intercomm, int remote_rank);
+  virtual void route_peer(int rank, MPI_Comm intercomm, int remote_rank) = 0;
   virtual bool has_route(int rank) const { return (void)rank, false; }
   // Ranks that MPI reports dead, except those reached through a route now
   // (the rank's first process died; the one that joined in its place lives).
