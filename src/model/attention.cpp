@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "moerl/core/check.h"
+#include "moerl/model/causal_attention.h"
 #include "moerl/model/kv_cache.h"
 #include "moerl/model/rotary.h"
 
@@ -21,6 +22,9 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths, co
   AttentionBatch batch;
   batch.batch = rows;
   batch.max_new = max_new;
+  batch.row_lengths = lengths;
+  batch.any_past = std::any_of(past.begin(), past.end(), [](std::int64_t p) { return p != 0; });
+  batch.sliding_window = sliding_window;
   std::vector<std::int64_t> token_index, token_row, positions, token_slots, last_token;
   for (std::int64_t b = 0; b < rows; ++b) {
     const std::int64_t len = lengths[static_cast<std::size_t>(b)];
@@ -123,6 +127,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatc
   const torch::Tensor q = apply_rotary(project_query(x), batch.positions, rope_theta);
   const torch::Tensor k = apply_rotary(project_key(x), batch.positions, rope_theta);
   const torch::Tensor v = v_proj(x).view({T, num_kv_heads, head_dim});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+
+  // Whole sequences on the CPU (a learner's update, pretraining, scoring):
+  // the fused kernel, which neither pads nor stores scores.
+  if (cache == nullptr && !batch.any_past && fused_causal_attention_supported(q)) {
+    return o_proj(fused_causal_attention(q, k, v, batch.row_lengths, batch.sliding_window, scale)
+                      .reshape({T, num_heads * head_dim}));
+  }
 
   // Keys/values in the padded [B, L, kv_heads, head_dim] layout.
   torch::Tensor keys, values;
@@ -154,9 +166,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatc
   const bool upcast = x.scalar_type() == torch::kHalf || x.scalar_type() == torch::kBFloat16;
   const torch::Tensor k_t = keys.permute({0, 2, 3, 1});    // [B, kvh, D, L]
   const torch::Tensor v_t = values.permute({0, 2, 1, 3});  // [B, kvh, L, D]
-  torch::Tensor scores = torch::matmul(q_padded, k_t)
-                             .mul(1.0 / std::sqrt(static_cast<double>(head_dim)))
-                             .view({B, num_kv_heads, group, S, L});
+  torch::Tensor scores = torch::matmul(q_padded, k_t).mul(scale).view({B, num_kv_heads, group, S, L});
   if (upcast) scores = scores.to(torch::kFloat);
   // A large finite fill instead of -inf: a padding query row may have every
   // key masked only if its sequence were empty (rejected above), but a finite

@@ -23,17 +23,20 @@ class KVCache;
 // Describes one ragged step: row b has lengths[b] >= 1 new tokens at
 // positions past[b] .. past[b] + lengths[b) - 1 of its sequence.
 struct AttentionBatch {
-  std::int64_t batch = 0;      // B
-  std::int64_t max_new = 0;    // S: padded width of the new tokens
-  std::int64_t max_total = 0;  // L: max over rows of past + lengths (key length)
-  std::int64_t tokens = 0;     // T: sum of lengths
-  torch::Tensor token_index;   // [T] int64: b * S + i of each packed token
-  torch::Tensor token_row;     // [T] int64: b of each packed token
-  torch::Tensor positions;     // [T] int64: past[b] + i
-  torch::Tensor last_token;    // [B] int64: packed index of row b's last token
-  torch::Tensor allowed;       // [B, 1, 1, S, L] bool: query (b, i) may attend key j
-  torch::Tensor cache_slots;   // [B] int64: KV-cache slot of each row; undefined without cache
-  torch::Tensor token_slots;   // [T] int64: cache slot of each packed token; undefined without cache
+  std::int64_t batch = 0;                 // B
+  std::int64_t max_new = 0;               // S: padded width of the new tokens
+  std::int64_t max_total = 0;             // L: max over rows of past + lengths (key length)
+  std::int64_t tokens = 0;                // T: sum of lengths
+  torch::Tensor token_index;              // [T] int64: b * S + i of each packed token
+  torch::Tensor token_row;                // [T] int64: b of each packed token
+  torch::Tensor positions;                // [T] int64: past[b] + i
+  torch::Tensor last_token;               // [B] int64: packed index of row b's last token
+  torch::Tensor allowed;                  // [B, 1, 1, S, L] bool: query (b, i) may attend key j
+  torch::Tensor cache_slots;              // [B] int64: KV-cache slot of each row; undefined without cache
+  torch::Tensor token_slots;              // [T] int64: cache slot of each packed token; undefined without cache
+  std::vector<std::int64_t> row_lengths;  // [B] on the host: lengths, for the fused CPU path
+  bool any_past = false;                  // some row has cached positions
+  std::int64_t sliding_window = 0;        // as given to make
 
   // lengths: new tokens per row (each >= 1, at most max_new); past: cached
   // positions per row (all 0 without a cache); slots: empty without a cache.

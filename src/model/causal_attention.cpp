@@ -1,0 +1,174 @@
+#include "moerl/model/causal_attention.h"
+
+#include <ATen/Parallel.h>
+
+#include <numeric>
+#include <chrono>
+#include <cstdio>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <cstdlib>
+#include <string>
+
+#include "moerl/core/check.h"
+#include "moerl_kernels/attention.h"
+
+namespace moerl::model {
+namespace {
+
+namespace k = moerl::kernels;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct PackedShape {
+  std::int64_t tokens = 0, heads = 0, kv_heads = 0, head_dim = 0;
+};
+
+PackedShape check_packed(const torch::Tensor& q, const torch::Tensor& key, const torch::Tensor& value,
+                         const std::vector<std::int64_t>& lengths) {
+  MOERL_CHECK(q.dim() == 3 && key.dim() == 3 && value.dim() == 3,
+              "fused attention: q, k and v must be [tokens, heads, head_dim]");
+  MOERL_CHECK(key.sizes() == value.sizes(), "fused attention: k and v differ in shape");
+  MOERL_CHECK(q.size(0) == key.size(0) && q.size(2) == key.size(2),
+              "fused attention: q and k differ in tokens or head size");
+  MOERL_CHECK(key.size(1) > 0 && q.size(1) % key.size(1) == 0,
+              "fused attention: query heads must be a multiple of kv heads");
+  MOERL_CHECK(fused_causal_attention_supported(q) && q.scalar_type() == key.scalar_type() &&
+                  q.scalar_type() == value.scalar_type(),
+              "fused attention: q, k and v must be CPU tensors of one dtype, float or double");
+  std::int64_t total = 0;
+  for (auto n : lengths) {
+    MOERL_CHECK(n >= 1, "fused attention: every sequence needs at least one token, got " + std::to_string(n));
+    total += n;
+  }
+  MOERL_CHECK(total == q.size(0), "fused attention: lengths sum to " + std::to_string(total) + ", q has " +
+                                      std::to_string(q.size(0)) + " tokens");
+  return {q.size(0), q.size(1), key.size(1), q.size(2)};
+}
+
+k::CausalAttentionTask task_of(const PackedShape& s, std::int64_t tokens, std::int64_t window) {
+  k::CausalAttentionTask t;
+  t.tokens = tokens;
+  t.group = s.heads / s.kv_heads;
+  t.head_dim = s.head_dim;
+  t.q_stride = s.heads * s.head_dim;
+  t.kv_stride = s.kv_heads * s.head_dim;
+  t.lse_stride = s.heads;
+  t.window = window;
+  return t;
+}
+
+// Runs fn(task, first token, kv head, scratch) for every (sequence, kv head)
+// on LibTorch's intra-op threads, each thread with scratch of its own.
+template <typename Fn>
+void for_each_task(const PackedShape& s, const std::vector<std::int64_t>& lengths, std::int64_t window, Fn&& fn) {
+  std::vector<std::int64_t> first(lengths.size(), 0);
+  std::exclusive_scan(lengths.begin(), lengths.end(), first.begin(), std::int64_t{0});
+  const auto tasks = static_cast<std::int64_t>(lengths.size()) * s.kv_heads;
+  auto zz0 = std::chrono::steady_clock::now();
+  std::vector<double> zzt(8, 0.0);
+  struct ZZ {
+    std::chrono::steady_clock::time_point t0;
+    std::vector<double>& v;
+    std::vector<double>& w;
+    ~ZZ() {
+      if (std::getenv("ZZ")) {
+        fprintf(stderr, "par %.2f ms  t0 %.2f t1 %.2f\n",
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), w[0], w[1]);
+      }
+    }
+  } zz{zz0, zzt, zzt};
+  at::parallel_for(0, tasks, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<char> scratch;
+    auto a0 = std::chrono::steady_clock::now();
+    struct ZT {
+      std::chrono::steady_clock::time_point a;
+      std::vector<double>& v;
+      ~ZT() {
+        v[(int)(syscall(SYS_gettid) % 2)] +=
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+        if (std::getenv("ZZ"))
+          fprintf(stderr, "  omp %d of %d\n", (int)(syscall(SYS_gettid) % 2), (int)syscall(SYS_gettid));
+      }
+    } zt{a0, zzt};
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto seq = static_cast<std::size_t>(i / s.kv_heads);
+      const std::int64_t kv_head = i % s.kv_heads;
+      fn(task_of(s, lengths[seq], window), first[seq], kv_head, scratch);
+    }
+  });
+}
+
+template <typename Scalar>
+Scalar* scratch_for(const k::CausalAttentionTask& task, std::vector<char>& bytes) {
+  bytes.resize(static_cast<std::size_t>(k::causal_attention_scratch(task)) * sizeof(Scalar));
+  return reinterpret_cast<Scalar*>(bytes.data());
+}
+
+class CausalAttentionFunction : public torch::autograd::Function<CausalAttentionFunction> {
+ public:
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in, const torch::Tensor& k_in,
+                               const torch::Tensor& v_in, const std::vector<std::int64_t>& lengths, std::int64_t window,
+                               double scale) {
+    const auto q = q_in.contiguous(), key = k_in.contiguous(), value = v_in.contiguous();
+    const PackedShape s = check_packed(q, key, value, lengths);
+    auto out = torch::empty_like(q);
+    auto lse = torch::empty({s.tokens, s.heads}, q.options());
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention", [&] {
+      for_each_task(
+          s, lengths, window,
+          [&](const k::CausalAttentionTask& t, std::int64_t first, std::int64_t g, std::vector<char>& scratch) {
+            const std::int64_t q_at = first * t.q_stride + g * t.group * s.head_dim,
+                               kv_at = first * t.kv_stride + g * s.head_dim;
+            k::causal_attention_forward_cpu<scalar_t>(
+                t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + q_at, key.data_ptr<scalar_t>() + kv_at,
+                value.data_ptr<scalar_t>() + kv_at, out.data_ptr<scalar_t>() + q_at,
+                lse.data_ptr<scalar_t>() + first * t.lse_stride + g * t.group, scratch_for<scalar_t>(t, scratch));
+          });
+    });
+    ctx->save_for_backward({q, key, value, out, lse});
+    ctx->saved_data["lengths"] = lengths;
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["scale"] = scale;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &key = saved[1], &value = saved[2], &out = saved[3], &lse = saved[4];
+    const auto lengths = ctx->saved_data["lengths"].toIntVector();
+    const std::int64_t window = ctx->saved_data["window"].toInt();
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const auto dout = grads[0].contiguous();
+    const PackedShape s = check_packed(q, key, value, lengths);
+    auto dq = torch::empty_like(q), dk = torch::zeros_like(key), dv = torch::zeros_like(value);
+    AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_backward", [&] {
+      for_each_task(
+          s, lengths, window,
+          [&](const k::CausalAttentionTask& t, std::int64_t first, std::int64_t g, std::vector<char>& scratch) {
+            const std::int64_t q_at = first * t.q_stride + g * t.group * s.head_dim,
+                               kv_at = first * t.kv_stride + g * s.head_dim;
+            k::causal_attention_backward_cpu<scalar_t>(
+                t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + q_at, key.data_ptr<scalar_t>() + kv_at,
+                value.data_ptr<scalar_t>() + kv_at, out.data_ptr<scalar_t>() + q_at,
+                lse.data_ptr<scalar_t>() + first * t.lse_stride + g * t.group, dout.data_ptr<scalar_t>() + q_at,
+                dq.data_ptr<scalar_t>() + q_at, dk.data_ptr<scalar_t>() + kv_at, dv.data_ptr<scalar_t>() + kv_at,
+                scratch_for<scalar_t>(t, scratch));
+          });
+    });
+    return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+bool fused_causal_attention_supported(const torch::Tensor& q) {
+  return q.device().is_cpu() && (q.scalar_type() == torch::kFloat || q.scalar_type() == torch::kDouble);
+}
+
+torch::Tensor fused_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     const std::vector<std::int64_t>& lengths, std::int64_t window, double scale) {
+  return CausalAttentionFunction::apply(q, k, v, lengths, window, scale);
+}
+
+}  // namespace moerl::model
