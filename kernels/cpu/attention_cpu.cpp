@@ -53,8 +53,8 @@ void exp_of_nonpositive(double* x, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) x[i] = std::exp(x[i]);
 }
 
-// The keys [first, last] query t may see, as columns of a block whose first
-// column is key `base`.
+// The keys [first, last] the query at position t may see, as columns of a
+// block whose first column is key `base`.
 struct KeyRange {
   std::int64_t first = 0, last = 0;  // inclusive
 };
@@ -64,9 +64,19 @@ KeyRange visible_keys(const CausalAttentionTask& task, std::int64_t t, std::int6
   return {lo - base, t - base};
 }
 
-// The first key any query of [first_query, ...) may see.
+// The first key any query at position first_query or later may see.
 std::int64_t first_key_of_block(const CausalAttentionTask& task, std::int64_t first_query) {
   return task.window > 0 ? std::max<std::int64_t>(0, first_query - task.window + 1) : 0;
+}
+
+// The keys a block of queries [i0, i0 + rows) reads: [first, first + count).
+struct BlockKeys {
+  std::int64_t first = 0, count = 0;
+};
+
+BlockKeys keys_of_block(const CausalAttentionTask& task, std::int64_t i0, std::int64_t rows) {
+  const std::int64_t first = first_key_of_block(task, task.past + i0);
+  return {first, task.past + i0 + rows - first};
 }
 
 // scores[rows, cols] = scale * q[queries] k[keys]^T for one query head.
@@ -87,7 +97,12 @@ void zero_outside(Scalar* row, std::int64_t cols, const KeyRange& r) {
 }  // namespace
 
 std::int64_t causal_attention_scratch(const CausalAttentionTask& task) {
-  return 2 * kBlockRows * std::max<std::int64_t>(task.tokens, 1) + kBlockRows;
+  return 2 * kBlockRows * std::max<std::int64_t>(task.past + task.tokens, 1) + kBlockRows;
+}
+
+std::int64_t causal_attention_paged_scratch(const CausalAttentionTask& task) {
+  // The copied keys and values, one lse per query and head, and the rest.
+  return 2 * (task.past + task.tokens) * task.head_dim + task.tokens * task.group + causal_attention_scratch(task);
 }
 
 template <typename Scalar>
@@ -98,12 +113,12 @@ void causal_attention_forward_cpu(const CausalAttentionTask& task, Scalar scale,
     const Scalar* q_head = q + g * D;
     for (std::int64_t i0 = 0; i0 < n; i0 += kBlockRows) {
       const std::int64_t rows = std::min(kBlockRows, n - i0);
-      const std::int64_t k0 = first_key_of_block(task, i0), cols = i0 + rows - k0;
+      const auto [k0, cols] = keys_of_block(task, i0, rows);
       Scalar* p = scratch;  // [rows, cols]: scores, then probabilities
       block_scores(task, scale, q_head, k, i0, rows, k0, cols, p);
       for (std::int64_t r = 0; r < rows; ++r) {
         Scalar* row = p + r * cols;
-        const KeyRange keys = visible_keys(task, i0 + r, k0);
+        const KeyRange keys = visible_keys(task, task.past + i0 + r, k0);
         const Scalar max = *std::max_element(row + keys.first, row + keys.last + 1);
         for (std::int64_t j = keys.first; j <= keys.last; ++j) row[j] -= max;
         exp_of_nonpositive(row + keys.first, keys.last - keys.first + 1);
@@ -129,16 +144,17 @@ void causal_attention_backward_cpu(const CausalAttentionTask& task, Scalar scale
     const Scalar* q_head = q + g * D;
     for (std::int64_t i0 = 0; i0 < n; i0 += kBlockRows) {
       const std::int64_t rows = std::min(kBlockRows, n - i0);
-      const std::int64_t k0 = first_key_of_block(task, i0), cols = i0 + rows - k0;
+      const auto [k0, cols] = keys_of_block(task, i0, rows);
+      const std::int64_t keys = task.past + n;
       Scalar* p = scratch;                                // [rows, cols] probabilities
-      Scalar* ds = scratch + kBlockRows * n;              // [rows, cols] dP, then dS
-      Scalar* delta = scratch + 2 * kBlockRows * n;       // [rows] dout . out
+      Scalar* ds = scratch + kBlockRows * keys;           // [rows, cols] dP, then dS
+      Scalar* delta = scratch + 2 * kBlockRows * keys;    // [rows] dout . out
       const Scalar* dout_block = dout + i0 * qs + g * D;  // [rows, D] with stride qs
       // The probabilities again, from the forward's log-sum-exp.
       block_scores(task, scale, q_head, k, i0, rows, k0, cols, p);
       for (std::int64_t r = 0; r < rows; ++r) {
         Scalar* row = p + r * cols;
-        const KeyRange keys = visible_keys(task, i0 + r, k0);
+        const KeyRange keys = visible_keys(task, task.past + i0 + r, k0);
         const Scalar row_lse = lse[(i0 + r) * task.lse_stride + g];
         for (std::int64_t j = keys.first; j <= keys.last; ++j) row[j] -= row_lse;
         exp_of_nonpositive(row + keys.first, keys.last - keys.first + 1);
@@ -167,12 +183,36 @@ void causal_attention_backward_cpu(const CausalAttentionTask& task, Scalar scale
   }
 }
 
+template <typename Scalar>
+void causal_attention_paged_forward_cpu(const CausalAttentionTask& task, Scalar scale, const Scalar* q,
+                                        const PagedKeys<Scalar>& cache, Scalar* out, Scalar* lse, Scalar* scratch) {
+  const std::int64_t D = task.head_dim, positions = task.past + task.tokens;
+  // Only the keys some query sees (a sliding window skips the older ones).
+  const std::int64_t first = first_key_of_block(task, task.past);
+  Scalar* keys = scratch;                     // [positions, D], from first on
+  Scalar* values = keys + positions * D;      // [positions, D]
+  Scalar* lse_rows = values + positions * D;  // [tokens, group] when lse is null
+  Scalar* rest = lse_rows + task.tokens * task.group;
+  for (std::int64_t j = first; j < positions; ++j) {
+    const std::int64_t at = cache.blocks[j / cache.block_size] * cache.block_size * cache.position_stride +
+                            (j % cache.block_size) * cache.position_stride;
+    std::memcpy(keys + j * D, cache.keys + at, static_cast<std::size_t>(D) * sizeof(Scalar));
+    std::memcpy(values + j * D, cache.values + at, static_cast<std::size_t>(D) * sizeof(Scalar));
+  }
+  CausalAttentionTask contiguous = task;
+  contiguous.kv_stride = D;
+  if (lse == nullptr) contiguous.lse_stride = task.group;
+  causal_attention_forward_cpu<Scalar>(contiguous, scale, q, keys, values, out, lse ? lse : lse_rows, rest);
+}
+
 #define MOERL_INSTANTIATE_ATTENTION(Scalar)                                                                            \
   template void causal_attention_forward_cpu<Scalar>(const CausalAttentionTask&, Scalar, const Scalar*, const Scalar*, \
                                                      const Scalar*, Scalar*, Scalar*, Scalar*);                        \
   template void causal_attention_backward_cpu<Scalar>(const CausalAttentionTask&, Scalar, const Scalar*,               \
                                                       const Scalar*, const Scalar*, const Scalar*, const Scalar*,      \
-                                                      const Scalar*, Scalar*, Scalar*, Scalar*, Scalar*);
+                                                      const Scalar*, Scalar*, Scalar*, Scalar*, Scalar*);              \
+  template void causal_attention_paged_forward_cpu<Scalar>(const CausalAttentionTask&, Scalar, const Scalar*,          \
+                                                           const PagedKeys<Scalar>&, Scalar*, Scalar*, Scalar*);
 MOERL_INSTANTIATE_ATTENTION(float)
 MOERL_INSTANTIATE_ATTENTION(double)
 #undef MOERL_INSTANTIATE_ATTENTION

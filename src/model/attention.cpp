@@ -23,6 +23,8 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths, co
   batch.batch = rows;
   batch.max_new = max_new;
   batch.row_lengths = lengths;
+  batch.row_past = past;
+  batch.row_slots = slots;
   batch.any_past = std::any_of(past.begin(), past.end(), [](std::int64_t p) { return p != 0; });
   batch.sliding_window = sliding_window;
   std::vector<std::int64_t> token_index, token_row, positions, token_slots, last_token;
@@ -141,6 +143,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatc
   std::int64_t L = 0;
   if (cache != nullptr) {
     cache->write(layer, batch.token_slots, batch.positions, k, v);
+    // Rollouts on the CPU: the fused kernel reads the paged cache itself.
+    if (fused_cached_attention_supported(q, *cache)) {
+      return o_proj(fused_cached_attention(q, *cache, layer, batch.row_slots, batch.row_lengths, batch.row_past,
+                                           batch.sliding_window, scale)
+                        .reshape({T, num_heads * head_dim}));
+    }
     L = batch.max_total;
     keys = cache->gather_keys(layer, batch.cache_slots, L).to(x.scalar_type());
     values = cache->gather_values(layer, batch.cache_slots, L).to(x.scalar_type());

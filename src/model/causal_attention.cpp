@@ -11,6 +11,7 @@
 #include <string>
 
 #include "moerl/core/check.h"
+#include "moerl/model/kv_cache.h"
 #include "moerl_kernels/attention.h"
 
 namespace moerl::model {
@@ -161,6 +162,57 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
 };
 
 }  // namespace
+
+bool fused_cached_attention_supported(const torch::Tensor& q, const KVCache& cache) {
+  return fused_causal_attention_supported(q) && cache.dtype() == KVCacheDtype::Float &&
+         cache.keys().scalar_type() == q.scalar_type() && cache.keys().device() == q.device() &&
+         !(torch::GradMode::is_enabled() && q.requires_grad());
+}
+
+torch::Tensor fused_cached_attention(const torch::Tensor& q_in, const KVCache& cache, std::int64_t layer,
+                                     const std::vector<std::int64_t>& slots, const std::vector<std::int64_t>& lengths,
+                                     const std::vector<std::int64_t>& past, std::int64_t window, double scale) {
+  MOERL_CHECK(fused_cached_attention_supported(q_in, cache),
+              "fused cached attention: needs CPU float/double queries without gradient and a cache of their dtype");
+  MOERL_CHECK(slots.size() == lengths.size() && past.size() == lengths.size(),
+              "fused cached attention: slots, lengths and past differ in size");
+  const auto q = q_in.contiguous();
+  const torch::Tensor& pool_keys = cache.keys();  // [layers, blocks, block_size, kv_heads, D]
+  MOERL_CHECK(q.dim() == 3 && q.size(2) == pool_keys.size(4) && q.size(1) % pool_keys.size(3) == 0,
+              "fused cached attention: q must be [tokens, heads, head_dim] matching the cache");
+  const PackedShape s{q.size(0), q.size(1), pool_keys.size(3), q.size(2)};
+  const torch::Tensor table = cache.block_table().contiguous();  // [slots, width] on the host
+  const std::int64_t layer_elements = pool_keys[0].numel();
+  auto out = torch::empty_like(q);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_cached_attention", [&] {
+    const scalar_t* keys = pool_keys.data_ptr<scalar_t>() + layer * layer_elements;
+    const scalar_t* values = cache.values().data_ptr<scalar_t>() + layer * layer_elements;
+    std::vector<std::int64_t> first(lengths.size(), 0);
+    std::exclusive_scan(lengths.begin(), lengths.end(), first.begin(), std::int64_t{0});
+    const auto tasks = static_cast<std::int64_t>(lengths.size()) * s.kv_heads;
+    at::parallel_for(0, tasks, 1, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<scalar_t> scratch;
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto row = static_cast<std::size_t>(i / s.kv_heads);
+        const std::int64_t g = i % s.kv_heads;
+        k::CausalAttentionTask t = task_of(s, lengths[row], window);
+        t.past = past[row];
+        scratch.resize(static_cast<std::size_t>(k::causal_attention_paged_scratch(t)));
+        k::PagedKeys<scalar_t> paged;
+        paged.keys = keys + g * s.head_dim;
+        paged.values = values + g * s.head_dim;
+        paged.blocks = table.data_ptr<std::int64_t>() + slots[row] * table.size(1);
+        paged.block_size = cache.block_size();
+        paged.position_stride = s.kv_heads * s.head_dim;
+        const std::int64_t q_at = first[row] * t.q_stride + g * t.group * s.head_dim;
+        k::causal_attention_paged_forward_cpu<scalar_t>(t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + q_at,
+                                                        paged, out.data_ptr<scalar_t>() + q_at, nullptr,
+                                                        scratch.data());
+      }
+    });
+  });
+  return out;
+}
 
 bool fused_causal_attention_supported(const torch::Tensor& q) {
   return q.device().is_cpu() && (q.scalar_type() == torch::kFloat || q.scalar_type() == torch::kDouble);

@@ -34,7 +34,9 @@ struct AttentionBatch {
   torch::Tensor allowed;                  // [B, 1, 1, S, L] bool: query (b, i) may attend key j
   torch::Tensor cache_slots;              // [B] int64: KV-cache slot of each row; undefined without cache
   torch::Tensor token_slots;              // [T] int64: cache slot of each packed token; undefined without cache
-  std::vector<std::int64_t> row_lengths;  // [B] on the host: lengths, for the fused CPU path
+  std::vector<std::int64_t> row_lengths;  // [B] on the host: lengths, for the fused CPU paths
+  std::vector<std::int64_t> row_past;     // [B] on the host: past
+  std::vector<std::int64_t> row_slots;    // [B] on the host: cache slots (empty without cache)
   bool any_past = false;                  // some row has cached positions
   std::int64_t sliding_window = 0;        // as given to make
 

@@ -18,7 +18,10 @@
 // pointers start at the sequence's first token and at the first query head of
 // the kv head's group (heads g * group .. g * group + group - 1 share kv head
 // g, the Llama/Mixtral convention); keys and values at k[t * kv_stride].
-// Query t sees keys j with t - window < j <= t (window 0: every j <= t).
+// Query i of the task sits at position past + i and sees the keys at
+// positions j with p - window < j <= p, p = past + i (window 0: every
+// j <= p); keys are indexed by position, so past keys come first (a KV
+// cache's; 0 for a whole sequence).
 // lse holds one float per (token, query head of the group) at
 // lse[t * lse_stride + h].
 //
@@ -31,7 +34,8 @@
 namespace moerl::kernels {
 
 struct CausalAttentionTask {
-  std::int64_t tokens = 0;      // n: queries = keys of this sequence
+  std::int64_t tokens = 0;      // n: queries (keys: past + n)
+  std::int64_t past = 0;        // keys before the first query
   std::int64_t group = 1;       // query heads per kv head
   std::int64_t head_dim = 0;    // D
   std::int64_t q_stride = 0;    // elements between tokens in q, out, dout, dq
@@ -42,6 +46,31 @@ struct CausalAttentionTask {
 
 // Scratch elements one task needs (forward and backward alike).
 std::int64_t causal_attention_scratch(const CausalAttentionTask& task);
+
+// The keys and values of one sequence and one kv head in a paged KV cache
+// (model/kv_cache.h): position j lives in pool block blocks[j / block_size]
+// at offset j % block_size; a pool block holds block_size positions of
+// position_stride elements (kv_heads * head_dim), and keys/values point at
+// this kv head's part of pool block 0.
+template <typename Scalar>
+struct PagedKeys {
+  const Scalar* keys = nullptr;
+  const Scalar* values = nullptr;
+  const std::int64_t* blocks = nullptr;
+  std::int64_t block_size = 0;
+  std::int64_t position_stride = 0;
+};
+
+// Scratch elements causal_attention_paged_forward_cpu needs for a task.
+std::int64_t causal_attention_paged_scratch(const CausalAttentionTask& task);
+
+// The forward with keys and values read from a paged cache (the task's
+// kv_stride is ignored): the visible positions are copied, one kv head at a
+// time, into scratch that stays in cache, instead of the whole batch being
+// gathered into a padded copy per layer and step. lse may be null.
+template <typename Scalar>
+void causal_attention_paged_forward_cpu(const CausalAttentionTask& task, Scalar scale, const Scalar* q,
+                                        const PagedKeys<Scalar>& cache, Scalar* out, Scalar* lse, Scalar* scratch);
 
 // out = softmax(scale q k^T, causal) v; lse = log-sum-exp of each query's
 // scaled scores.
