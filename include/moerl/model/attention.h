@@ -2,11 +2,13 @@
 // Causal grouped-query self-attention over a ragged batch.
 //
 // Activations travel through the model *packed*: [T, d_model] holds only the
-// real (non-padding) tokens of all B sequences, in row-major order. Only
-// attention needs the [B, S] view; it scatters q/k/v into it, masks every key
-// that is padding, in the future, or past the sequence's own length, and packs
-// the result again. Padding therefore never reaches attention, the MoE router
-// statistics, or the LM head.
+// real (non-padding) tokens of all B sequences, in row-major order. On the
+// CPU in float or double, attention works on that layout directly
+// (model/causal_attention.h: whole sequences, and the paged KV cache of a
+// float cache). Elsewhere (GPUs, bf16, an int8 cache) it scatters q/k/v into
+// a padded [B, S] view, masks every key that is padding, in the future, or
+// past the sequence's own length, and packs the result again. Padding
+// therefore never reaches the MoE router statistics or the LM head.
 
 #include <cstdint>
 #include <vector>
