@@ -9,7 +9,10 @@ source "$(dirname "$0")/lib.sh" "$@"
 source "$(dirname "$0")/slurm_lib.sh"
 slurm_start
 pretrain_tiny
-STEPS=120
+# 400 steps: the stop warning must land while the job still runs; once
+# rollouts got faster, 120 tiny steps took 4 s and the hetjob finished before
+# its warning arrived (not requeued, in a clean clone).
+STEPS=400
 # checkpoint.every_steps past the end: the only versions are the one at the
 # stop and the final one, so the resume can come only from the stop's.
 JOB_ARGS="--set checkpoint.every_steps=100000"
@@ -32,8 +35,8 @@ requeue_case() {  # requeue_case NAME SCRIPT [sbatch options]
   while [ $SECONDS -lt $deadline ] && [ -n "$(sinfo -h -N -t completing -o %N)" ]; do sleep 1; done
   sleep 2
   scontrol update JobId="$job" StartTime=now || fail "$name: scontrol update StartTime=now"
-  if ! slurm_wait_state "$job" 120 COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL; then
-    fail "$name (job $job): the requeued job did not end within 120 s"; slurm_logs "$out" "$log1"; return
+  if ! slurm_wait_state "$job" 240 COMPLETED FAILED CANCELLED TIMEOUT NODE_FAIL; then
+    fail "$name (job $job): the requeued job did not end within 240 s"; slurm_logs "$out" "$log1"; return
   fi
   local state code
   state=$(slurm_job_field "$job" JobState)
