@@ -3,11 +3,6 @@
 #include <ATen/Parallel.h>
 
 #include <numeric>
-#include <chrono>
-#include <cstdio>
-#include <unistd.h>
-#include <sys/syscall.h>
-#include <cstdlib>
 #include <string>
 
 #include "moerl/core/check.h"
@@ -59,50 +54,42 @@ k::CausalAttentionTask task_of(const PackedShape& s, std::int64_t tokens, std::i
   return t;
 }
 
-// Runs fn(task, first token, kv head, scratch) for every (sequence, kv head)
-// on LibTorch's intra-op threads, each thread with scratch of its own.
+// One task's sequence and kv head, and where its data starts in the packed
+// tensors, in elements: q, out, dout and dq at q; k, v, dk and dv at kv; lse
+// at lse.
+struct TaskOffsets {
+  std::size_t sequence = 0;
+  std::int64_t kv_head = 0;
+  std::int64_t q = 0, kv = 0, lse = 0;
+};
+
+// Runs fn(task, offsets, scratch) for every (sequence, kv head) on
+// LibTorch's intra-op threads, each thread with scratch of its own. past:
+// cached positions per sequence (empty: none).
 template <typename Fn>
-void for_each_task(const PackedShape& s, const std::vector<std::int64_t>& lengths, std::int64_t window, Fn&& fn) {
+void for_each_task(const PackedShape& s, const std::vector<std::int64_t>& lengths,
+                   const std::vector<std::int64_t>& past, std::int64_t window, Fn&& fn) {
   std::vector<std::int64_t> first(lengths.size(), 0);
   std::exclusive_scan(lengths.begin(), lengths.end(), first.begin(), std::int64_t{0});
   const auto tasks = static_cast<std::int64_t>(lengths.size()) * s.kv_heads;
-  auto zz0 = std::chrono::steady_clock::now();
-  std::vector<double> zzt(8, 0.0);
-  struct ZZ {
-    std::chrono::steady_clock::time_point t0;
-    std::vector<double>& v;
-    std::vector<double>& w;
-    ~ZZ() {
-      if (std::getenv("ZZ")) {
-        fprintf(stderr, "par %.2f ms  t0 %.2f t1 %.2f\n",
-                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(), w[0], w[1]);
-      }
-    }
-  } zz{zz0, zzt, zzt};
   at::parallel_for(0, tasks, 1, [&](std::int64_t begin, std::int64_t end) {
     std::vector<char> scratch;
-    auto a0 = std::chrono::steady_clock::now();
-    struct ZT {
-      std::chrono::steady_clock::time_point a;
-      std::vector<double>& v;
-      ~ZT() {
-        v[(int)(syscall(SYS_gettid) % 2)] +=
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
-        if (std::getenv("ZZ"))
-          fprintf(stderr, "  omp %d of %d\n", (int)(syscall(SYS_gettid) % 2), (int)syscall(SYS_gettid));
-      }
-    } zt{a0, zzt};
     for (std::int64_t i = begin; i < end; ++i) {
       const auto seq = static_cast<std::size_t>(i / s.kv_heads);
       const std::int64_t kv_head = i % s.kv_heads;
-      fn(task_of(s, lengths[seq], window), first[seq], kv_head, scratch);
+      k::CausalAttentionTask t = task_of(s, lengths[seq], window);
+      if (!past.empty()) t.past = past[seq];
+      const TaskOffsets at{seq, kv_head, first[seq] * t.q_stride + kv_head * t.group * s.head_dim,
+                           first[seq] * t.kv_stride + kv_head * s.head_dim,
+                           first[seq] * t.lse_stride + kv_head * t.group};
+      fn(t, at, scratch);
     }
   });
 }
 
 template <typename Scalar>
-Scalar* scratch_for(const k::CausalAttentionTask& task, std::vector<char>& bytes) {
-  bytes.resize(static_cast<std::size_t>(k::causal_attention_scratch(task)) * sizeof(Scalar));
+Scalar* scratch_for(std::int64_t elements, std::vector<char>& bytes) {
+  bytes.resize(static_cast<std::size_t>(elements) * sizeof(Scalar));
   return reinterpret_cast<Scalar*>(bytes.data());
 }
 
@@ -116,16 +103,14 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     auto out = torch::empty_like(q);
     auto lse = torch::empty({s.tokens, s.heads}, q.options());
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention", [&] {
-      for_each_task(
-          s, lengths, window,
-          [&](const k::CausalAttentionTask& t, std::int64_t first, std::int64_t g, std::vector<char>& scratch) {
-            const std::int64_t q_at = first * t.q_stride + g * t.group * s.head_dim,
-                               kv_at = first * t.kv_stride + g * s.head_dim;
-            k::causal_attention_forward_cpu<scalar_t>(
-                t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + q_at, key.data_ptr<scalar_t>() + kv_at,
-                value.data_ptr<scalar_t>() + kv_at, out.data_ptr<scalar_t>() + q_at,
-                lse.data_ptr<scalar_t>() + first * t.lse_stride + g * t.group, scratch_for<scalar_t>(t, scratch));
-          });
+      for_each_task(s, lengths, {}, window,
+                    [&](const k::CausalAttentionTask& t, const TaskOffsets& at, std::vector<char>& scratch) {
+                      k::causal_attention_forward_cpu<scalar_t>(
+                          t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + at.q,
+                          key.data_ptr<scalar_t>() + at.kv, value.data_ptr<scalar_t>() + at.kv,
+                          out.data_ptr<scalar_t>() + at.q, lse.data_ptr<scalar_t>() + at.lse,
+                          scratch_for<scalar_t>(k::causal_attention_scratch(t), scratch));
+                    });
     });
     ctx->save_for_backward({q, key, value, out, lse});
     ctx->saved_data["lengths"] = lengths;
@@ -145,16 +130,13 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
     auto dq = torch::empty_like(q), dk = torch::zeros_like(key), dv = torch::zeros_like(value);
     AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_causal_attention_backward", [&] {
       for_each_task(
-          s, lengths, window,
-          [&](const k::CausalAttentionTask& t, std::int64_t first, std::int64_t g, std::vector<char>& scratch) {
-            const std::int64_t q_at = first * t.q_stride + g * t.group * s.head_dim,
-                               kv_at = first * t.kv_stride + g * s.head_dim;
+          s, lengths, {}, window,
+          [&](const k::CausalAttentionTask& t, const TaskOffsets& at, std::vector<char>& scratch) {
             k::causal_attention_backward_cpu<scalar_t>(
-                t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + q_at, key.data_ptr<scalar_t>() + kv_at,
-                value.data_ptr<scalar_t>() + kv_at, out.data_ptr<scalar_t>() + q_at,
-                lse.data_ptr<scalar_t>() + first * t.lse_stride + g * t.group, dout.data_ptr<scalar_t>() + q_at,
-                dq.data_ptr<scalar_t>() + q_at, dk.data_ptr<scalar_t>() + kv_at, dv.data_ptr<scalar_t>() + kv_at,
-                scratch_for<scalar_t>(t, scratch));
+                t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + at.q, key.data_ptr<scalar_t>() + at.kv,
+                value.data_ptr<scalar_t>() + at.kv, out.data_ptr<scalar_t>() + at.q, lse.data_ptr<scalar_t>() + at.lse,
+                dout.data_ptr<scalar_t>() + at.q, dq.data_ptr<scalar_t>() + at.q, dk.data_ptr<scalar_t>() + at.kv,
+                dv.data_ptr<scalar_t>() + at.kv, scratch_for<scalar_t>(k::causal_attention_scratch(t), scratch));
           });
     });
     return {dq, dk, dv, torch::Tensor(), torch::Tensor(), torch::Tensor()};
@@ -187,29 +169,20 @@ torch::Tensor fused_cached_attention(const torch::Tensor& q_in, const KVCache& c
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_cached_attention", [&] {
     const scalar_t* keys = pool_keys.data_ptr<scalar_t>() + layer * layer_elements;
     const scalar_t* values = cache.values().data_ptr<scalar_t>() + layer * layer_elements;
-    std::vector<std::int64_t> first(lengths.size(), 0);
-    std::exclusive_scan(lengths.begin(), lengths.end(), first.begin(), std::int64_t{0});
-    const auto tasks = static_cast<std::int64_t>(lengths.size()) * s.kv_heads;
-    at::parallel_for(0, tasks, 1, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<scalar_t> scratch;
-      for (std::int64_t i = begin; i < end; ++i) {
-        const auto row = static_cast<std::size_t>(i / s.kv_heads);
-        const std::int64_t g = i % s.kv_heads;
-        k::CausalAttentionTask t = task_of(s, lengths[row], window);
-        t.past = past[row];
-        scratch.resize(static_cast<std::size_t>(k::causal_attention_paged_scratch(t)));
-        k::PagedKeys<scalar_t> paged;
-        paged.keys = keys + g * s.head_dim;
-        paged.values = values + g * s.head_dim;
-        paged.blocks = table.data_ptr<std::int64_t>() + slots[row] * table.size(1);
-        paged.block_size = cache.block_size();
-        paged.position_stride = s.kv_heads * s.head_dim;
-        const std::int64_t q_at = first[row] * t.q_stride + g * t.group * s.head_dim;
-        k::causal_attention_paged_forward_cpu<scalar_t>(t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + q_at,
-                                                        paged, out.data_ptr<scalar_t>() + q_at, nullptr,
-                                                        scratch.data());
-      }
-    });
+    const std::int64_t* blocks = table.data_ptr<std::int64_t>();
+    for_each_task(s, lengths, past, window,
+                  [&](const k::CausalAttentionTask& t, const TaskOffsets& at, std::vector<char>& scratch) {
+                    k::PagedKeys<scalar_t> paged;
+                    paged.keys = keys + at.kv_head * s.head_dim;
+                    paged.values = values + at.kv_head * s.head_dim;
+                    paged.blocks = blocks + slots[at.sequence] * table.size(1);
+                    paged.block_size = cache.block_size();
+                    paged.position_stride = s.kv_heads * s.head_dim;
+                    k::causal_attention_paged_forward_cpu<scalar_t>(
+                        t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + at.q, paged,
+                        out.data_ptr<scalar_t>() + at.q, nullptr,
+                        scratch_for<scalar_t>(k::causal_attention_paged_scratch(t), scratch));
+                  });
   });
   return out;
 }
