@@ -59,6 +59,25 @@ torch::Tensor read_rows_like(const storage::ShardedVersion& version, const std::
   return host.to(like.options());
 }
 
+// Array `name` read into `existing` when that can take the bytes as they are
+// (a CPU float32 contiguous tensor shaped like `like`, as the optimizer of a
+// learner that has already stepped holds: a rollback, a reload), so that no
+// fresh memory is faulted in; otherwise into a new tensor (read_rows_like).
+torch::Tensor read_rows_reusing(const storage::ShardedVersion& version, const std::string& name, bool expert_rows,
+                                const ExpertLayout& layout, const torch::Tensor& like, const torch::Tensor& existing) {
+  const bool reusable = existing.defined() && like.device().is_cpu() && like.scalar_type() == torch::kFloat32 &&
+                        existing.device().is_cpu() && existing.scalar_type() == torch::kFloat32 &&
+                        existing.is_contiguous() && existing.sizes() == like.sizes();
+  if (!reusable) return read_rows_like(version, name, expert_rows, layout, like);
+  const auto bytes = static_cast<std::size_t>(existing.numel()) * sizeof(float);
+  if (expert_rows) {
+    version.read_rows(name, layout.rows, existing.data_ptr(), bytes);
+  } else {
+    version.read_into(name, existing.data_ptr(), bytes);
+  }
+  return existing;
+}
+
 // Where the state of each trained array is in this version: its name
 // ("optimizer/ARRAY/"), or its param-group position in the older array
 // format ("optimizer/groupG/paramI/", whole tensors).
@@ -237,12 +256,18 @@ void read_optimizer_state(const storage::ShardedVersion& version, torch::optim::
     std::int64_t step = 0;
     const std::vector<std::uint8_t> step_bytes = version.read(at + "step");
     std::memcpy(&step, step_bytes.data(), sizeof step);
+    const auto held = states.find(key);
+    const auto* previous =
+        held == states.end() ? nullptr : dynamic_cast<const torch::optim::AdamWParamState*>(held->second.get());
+    const auto moment = [&](const char* which, const torch::Tensor& existing) {
+      return read_rows_reusing(version, at + which, array.expert_rows, layout, array.tensor, existing);
+    };
     auto state = std::make_unique<torch::optim::AdamWParamState>();
     state->step(step);
-    state->exp_avg(read_rows_like(version, at + "exp_avg", array.expert_rows, layout, array.tensor));
-    state->exp_avg_sq(read_rows_like(version, at + "exp_avg_sq", array.expert_rows, layout, array.tensor));
+    state->exp_avg(moment("exp_avg", previous ? previous->exp_avg() : torch::Tensor()));
+    state->exp_avg_sq(moment("exp_avg_sq", previous ? previous->exp_avg_sq() : torch::Tensor()));
     if (version.find(at + "max_exp_avg_sq"))
-      state->max_exp_avg_sq(read_rows_like(version, at + "max_exp_avg_sq", array.expert_rows, layout, array.tensor));
+      state->max_exp_avg_sq(moment("max_exp_avg_sq", previous ? previous->max_exp_avg_sq() : torch::Tensor()));
     states[key] = std::move(state);
   }
 }

@@ -1,8 +1,10 @@
 #include "moerl/storage/checkpoint_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -135,6 +137,55 @@ std::vector<std::string> split_lines(const std::string& text) {
     start = end + 1;
   }
   return lines;
+}
+
+// The "_array_table" attribute: one line per array, "name\tdtype\tdims\tcrc32c"
+// with dims comma-separated (empty for a scalar). With it a reader learns
+// every array's dtype, shape and checksum from one attribute instead of
+// opening three HDF5 objects per array (9 ms of a 174-array file's 10 ms
+// header check); the header checksum covers the same facts either way.
+std::string array_table(const std::vector<ArrayInfo>& arrays) {
+  std::string text;
+  for (const auto& a : arrays) {
+    text += a.name + '\t' + dtype_name(a.dtype) + '\t';
+    for (std::size_t i = 0; i < a.shape.size(); ++i) text += (i ? "," : "") + std::to_string(a.shape[i]);
+    text += '\t' + std::to_string(a.checksum) + '\n';
+  }
+  return text;
+}
+
+std::optional<std::int64_t> parse_count(const std::string& text) {
+  if (text.empty() || text.size() > 18 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  return std::stoll(text);
+}
+
+// One line of the table; nullopt when it is malformed.
+std::optional<ArrayInfo> parse_table_line(const std::string& line) {
+  std::vector<std::string> fields;
+  std::size_t start = 0;
+  for (std::size_t tab; (tab = line.find('\t', start)) != std::string::npos; start = tab + 1)
+    fields.push_back(line.substr(start, tab - start));
+  fields.push_back(line.substr(start));
+  if (fields.size() != 4) return std::nullopt;
+  ArrayInfo info;
+  info.name = fields[0];
+  const auto dtype = dtype_from_name(fields[1]);
+  const auto checksum = parse_count(fields[3]);
+  if (!dtype || !checksum || *checksum > 0xffffffffLL) return std::nullopt;
+  info.dtype = *dtype;
+  info.checksum = static_cast<std::uint32_t>(*checksum);
+  for (std::size_t at = 0; at < fields[2].size();) {
+    const std::size_t comma = std::min(fields[2].find(',', at), fields[2].size());
+    const auto dim = parse_count(fields[2].substr(at, comma - at));
+    if (!dim) return std::nullopt;
+    info.shape.push_back(*dim);
+    at = comma + 1;
+    if (comma + 1 == fields[2].size()) return std::nullopt;  // a trailing comma
+  }
+  info.bytes = static_cast<std::uint64_t>(element_count(info.shape)) * dtype_size(info.dtype);
+  return info;
 }
 
 std::string in_file(const std::string& path) { return "checkpoint file '" + path + "'"; }
@@ -297,6 +348,7 @@ std::uint64_t CheckpointWriter::commit() {
   file.set_attribute("/", "_rank", static_cast<std::int64_t>(identity_.rank));
   file.set_attribute("/", "_num_shards", static_cast<std::int64_t>(identity_.num_shards));
   file.set_attribute("/", "_arrays", join_lines(arrays_));
+  file.set_attribute("/", "_array_table", array_table(arrays_));
   const std::string digest = header_digest_input(identity_, arrays_, attributes_);
   file.set_attribute("/", "_header_crc32c", static_cast<std::int64_t>(crc32c(digest.data(), digest.size())));
   file.flush();
@@ -327,23 +379,39 @@ h5::File open_checkpoint(const std::string& path) {
   }
 }
 
+// The format and identity attributes of an open shard file.
+ShardIdentity header_identity(const h5::File& file) {
+  if (!file.has_attribute("/", "_format") || file.string_attribute("/", "_format") != kFormat) {
+    throw CheckpointError(in_file(file.path()) + ": not a moerl checkpoint (root attribute _format is not '" + kFormat +
+                          "')");
+  }
+  for (const char* key : {"_version", "_rank", "_num_shards", "_arrays", "_header_crc32c"}) {
+    if (!file.has_attribute("/", key)) {
+      throw CheckpointError(in_file(file.path()) + ": header attribute " + key +
+                            " is missing (the file was not committed completely)");
+    }
+  }
+  ShardIdentity identity;
+  identity.version = file.int_attribute("/", "_version");
+  identity.rank = static_cast<int>(file.int_attribute("/", "_rank"));
+  identity.num_shards = static_cast<int>(file.int_attribute("/", "_num_shards"));
+  return identity;
+}
+
 }  // namespace
+
+ShardIdentity read_shard_identity(const std::string& path) {
+  const h5::File file = open_checkpoint(path);
+  try {
+    return header_identity(file);
+  } catch (const BackendError& error) {
+    throw CheckpointError(in_file(path) + ": corrupt HDF5 structure: " + error.what());
+  }
+}
 
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path), file_(open_checkpoint(path)) {
   try {
-    if (!file_.has_attribute("/", "_format") || file_.string_attribute("/", "_format") != kFormat) {
-      throw CheckpointError(in_file(path_) + ": not a moerl checkpoint (root attribute _format is not '" + kFormat +
-                            "')");
-    }
-    for (const char* key : {"_version", "_rank", "_num_shards", "_arrays", "_header_crc32c"}) {
-      if (!file_.has_attribute("/", key)) {
-        throw CheckpointError(in_file(path_) + ": header attribute " + key +
-                              " is missing (the file was not committed completely)");
-      }
-    }
-    identity_.version = file_.int_attribute("/", "_version");
-    identity_.rank = static_cast<int>(file_.int_attribute("/", "_rank"));
-    identity_.num_shards = static_cast<int>(file_.int_attribute("/", "_num_shards"));
+    identity_ = header_identity(file_);
     const std::vector<std::string> listed = split_lines(file_.string_attribute("/", "_arrays"));
 
     for (const std::string& name : file_.attribute_names("/")) {
@@ -357,35 +425,21 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path), file_
       }
     }
 
-    const std::vector<std::string> present = file_.dataset_names();
+    const std::vector<std::string> present = file_.leaf_object_names();
     for (const std::string& name : listed) {
       if (!std::binary_search(present.begin(), present.end(), name)) {
         throw CheckpointError(in_file(path_) + ": dataset '" + name + "' is missing (listed in the checkpoint header)");
       }
-      const std::string where = in_file(path_) + ": dataset '" + name + "'";
-      if (!file_.has_attribute(name, kDtypeAttribute) || !file_.has_attribute(name, kChecksumAttribute)) {
-        throw CheckpointError(where + ": its dtype or checksum attribute is missing");
-      }
-      ArrayInfo info;
-      info.name = name;
-      const std::string dtype_text = file_.string_attribute(name, kDtypeAttribute);
-      const auto dtype = dtype_from_name(dtype_text);
-      if (!dtype) throw CheckpointError(where + ": unknown dtype '" + dtype_text + "'");
-      info.dtype = *dtype;
-      info.checksum = static_cast<std::uint32_t>(file_.int_attribute(name, kChecksumAttribute));
-      const h5::DatasetLayout layout = file_.dataset_layout(name);
-      const DTypeTraits& t = traits(info.dtype);
-      if (layout.type_class != t.type_class || layout.type_size != t.size ||
-          (layout.type_class == H5T_INTEGER && layout.type_signed != t.is_signed)) {
-        throw CheckpointError(where + ": stored HDF5 type (class " + std::to_string(layout.type_class) + ", " +
-                              std::to_string(layout.type_size) + " bytes) does not match its dtype " + t.name);
-      }
-      for (hsize_t d : layout.dims) info.shape.push_back(static_cast<std::int64_t>(d));
-      info.bytes = static_cast<std::uint64_t>(element_count(info.shape)) * t.size;
-      arrays_.push_back(std::move(info));
     }
+    if (file_.has_attribute("/", "_array_table")) {
+      read_array_table(listed);
+    } else {
+      for (const std::string& name : listed) arrays_.push_back(read_array_attributes(name));
+    }
+    std::vector<std::string> listed_sorted = listed;
+    std::sort(listed_sorted.begin(), listed_sorted.end());
     for (const std::string& name : present) {
-      if (std::find(listed.begin(), listed.end(), name) == listed.end()) {
+      if (!std::binary_search(listed_sorted.begin(), listed_sorted.end(), name)) {
         throw CheckpointError(in_file(path_) + ": dataset '" + name + "' is not listed in the checkpoint header");
       }
     }
@@ -399,6 +453,62 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path), file_
     }
   } catch (const BackendError& error) {
     throw CheckpointError(in_file(path_) + ": corrupt HDF5 structure: " + error.what());
+  }
+}
+
+void CheckpointReader::read_array_table(const std::vector<std::string>& listed) {
+  const std::vector<std::string> lines = split_lines(file_.string_attribute("/", "_array_table"));
+  if (lines.size() != listed.size()) {
+    throw CheckpointError(in_file(path_) + ": the header's array table has " + std::to_string(lines.size()) +
+                          " entries for " + std::to_string(listed.size()) + " arrays");
+  }
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    std::optional<ArrayInfo> info = parse_table_line(lines[i]);
+    if (!info || info->name != listed[i]) {
+      throw CheckpointError(in_file(path_) + ": entry " + std::to_string(i + 1) + " of the header's array table ('" +
+                            lines[i] + "') is malformed or does not name array '" + listed[i] + "'");
+    }
+    arrays_.push_back(std::move(*info));
+  }
+  // Each dataset's stored type and shape are checked against this table when it is read.
+}
+
+// A file written before the array table: dtype and checksum from each
+// dataset's attributes, the shape from the dataset itself.
+ArrayInfo CheckpointReader::read_array_attributes(const std::string& name) const {
+  const std::string where = in_file(path_) + ": dataset '" + name + "'";
+  if (!file_.has_attribute(name, kDtypeAttribute) || !file_.has_attribute(name, kChecksumAttribute)) {
+    throw CheckpointError(where + ": its dtype or checksum attribute is missing");
+  }
+  ArrayInfo info;
+  info.name = name;
+  const std::string dtype_text = file_.string_attribute(name, kDtypeAttribute);
+  const auto dtype = dtype_from_name(dtype_text);
+  if (!dtype) throw CheckpointError(where + ": unknown dtype '" + dtype_text + "'");
+  info.dtype = *dtype;
+  info.checksum = static_cast<std::uint32_t>(file_.int_attribute(name, kChecksumAttribute));
+  const h5::DatasetLayout layout = file_.dataset_layout(name);
+  check_layout(info, layout, false);
+  for (hsize_t d : layout.dims) info.shape.push_back(static_cast<std::int64_t>(d));
+  info.bytes = static_cast<std::uint64_t>(element_count(info.shape)) * traits(info.dtype).size;
+  return info;
+}
+
+// The dataset as stored must hold what the header says: the dtype's HDF5
+// type and, when `shape_too`, the header's shape.
+void CheckpointReader::check_layout(const ArrayInfo& info, const h5::DatasetLayout& layout, bool shape_too) const {
+  const std::string where = in_file(path_) + ": dataset '" + info.name + "'";
+  const DTypeTraits& t = traits(info.dtype);
+  if (layout.type_class != t.type_class || layout.type_size != t.size ||
+      (layout.type_class == H5T_INTEGER && layout.type_signed != t.is_signed)) {
+    throw CheckpointError(where + ": stored HDF5 type (class " + std::to_string(layout.type_class) + ", " +
+                          std::to_string(layout.type_size) + " bytes) does not match its dtype " + t.name);
+  }
+  if (!shape_too) return;
+  const Shape stored(layout.dims.begin(), layout.dims.end());
+  if (stored != info.shape) {
+    throw CheckpointError(where + ": stored shape " + shape_text(stored) + " differs from the header's " +
+                          shape_text(info.shape));
   }
 }
 
@@ -445,16 +555,53 @@ void CheckpointReader::read_into(const std::string& name, void* out, std::size_t
     throw CheckpointError(where + ": holds " + std::to_string(a.bytes) + " bytes (" + dtype_name(a.dtype) + " " +
                           shape_text(a.shape) + "), the destination has " + std::to_string(bytes));
   }
+  std::uint32_t computed = 0;
   try {
-    file_.read_dataset(name, memory_type(a.dtype), out, bytes);
-  } catch (const Error& error) {
+    const h5::DatasetExtent extent = file_.dataset_extent(name, memory_type(a.dtype));
+    check_layout(a, extent.layout, true);
+    if (extent.raw_offset) {
+      computed = read_raw_with_crc32c(*extent.raw_offset, out, bytes, where);
+    } else {
+      file_.read_dataset(name, memory_type(a.dtype), out, bytes);
+      computed = crc32c(out, bytes);
+    }
+  } catch (const BackendError& error) {
     throw CheckpointError(where + ": cannot be read: " + error.what());
   }
-  const std::uint32_t computed = crc32c(out, bytes);
   if (computed != a.checksum) {
     throw CheckpointError(where + ": checksum mismatch (stored " + checksum_hex(a.checksum) + ", computed " +
                           checksum_hex(computed) + "): the data is corrupt");
   }
+}
+
+// The bytes at [offset, offset + bytes) of the file, read past HDF5 in
+// blocks small enough to stay in the L2 cache, each checksummed right after
+// it lands: one pass over memory instead of a read and then a checksum pass
+// (the load of a 194 MB file went from about 40 to about 25 ms of which 21 are
+// a plain read(2) of its bytes; docs/performance.md).
+std::uint32_t CheckpointReader::read_raw_with_crc32c(std::uint64_t offset, void* out, std::size_t bytes,
+                                                     const std::string& where) const {
+  constexpr std::size_t kBlock = std::size_t{256} << 10;
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError(where + ": cannot open the file to read it: " + std::strerror(errno));
+  std::uint32_t crc = 0;
+  auto* target = static_cast<char*>(out);
+  std::size_t done = 0;
+  while (done < bytes) {
+    const std::size_t want = std::min(kBlock, bytes - done);
+    const ssize_t got = ::pread(fd, target + done, want, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const std::string reason = got < 0 ? std::strerror(errno) : "the file ends there (truncated)";
+      ::close(fd);
+      throw CheckpointError(where + ": reading byte " + std::to_string(offset + done) +
+                            " of the file failed: " + reason);
+    }
+    crc = crc32c(target + done, static_cast<std::size_t>(got), crc);
+    done += static_cast<std::size_t>(got);
+  }
+  ::close(fd);
+  return crc;
 }
 
 std::vector<std::uint8_t> CheckpointReader::read(const std::string& name) const {

@@ -174,9 +174,9 @@ bool CheckpointStore::complete_version(std::int64_t version, int num_shards, boo
       throw CheckpointError("cannot complete version " + label + ": shard '" + path + "' (rank " +
                             std::to_string(rank) + " of " + std::to_string(num_shards) + ") does not exist");
     }
-    // The header check catches a shard of another version or shard count under this name.
-    const CheckpointReader reader(path);
-    const ShardIdentity& id = reader.identity();
+    // The identity catches a shard of another version or shard count under
+    // this name; the arrays are checked when the version is read.
+    const ShardIdentity id = read_shard_identity(path);
     if (id.version != version || id.rank != rank || id.num_shards != num_shards) {
       throw CheckpointError("cannot complete version " + label + ": '" + path + "' holds version " +
                             std::to_string(id.version) + " rank " + std::to_string(id.rank) + " of " +

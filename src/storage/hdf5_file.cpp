@@ -30,8 +30,8 @@ herr_t collect_attribute_name(hid_t, const char* name, const H5A_info_t*, void* 
   return 0;
 }
 
-herr_t collect_dataset(hid_t, const char* name, const H5O_info_t* info, void* data) {
-  if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
   return 0;
 }
 
@@ -184,16 +184,41 @@ void File::write_dataset(const std::string& name, hid_t file_type, hid_t memory_
 
 DatasetLayout File::dataset_layout(const std::string& name) const {
   Handle dataset(MOERL_H5_CALL(H5Dopen2(id(), absolute(name).c_str(), H5P_DEFAULT), name), H5Dclose);
-  Handle space(MOERL_H5_CALL(H5Dget_space(dataset.get()), name), H5Sclose);
   Handle type(MOERL_H5_CALL(H5Dget_type(dataset.get()), name), H5Tclose);
+  return layout_of(dataset.get(), type.get(), name);
+}
+
+DatasetExtent File::dataset_extent(const std::string& name, hid_t memory_type) const {
+  Handle dataset(MOERL_H5_CALL(H5Dopen2(id(), absolute(name).c_str(), H5P_DEFAULT), name), H5Dclose);
+  Handle type(MOERL_H5_CALL(H5Dget_type(dataset.get()), name), H5Tclose);
+  DatasetExtent extent;
+  extent.layout = layout_of(dataset.get(), type.get(), name);
+  // H5Dget_offset is HADDR_UNDEF for chunked and compact layouts and for
+  // space not yet allocated; it is relative to the HDF5 base address, which
+  // is the start of the file only without a user block.
+  const haddr_t offset = H5Dget_offset(dataset.get());
+  if (offset == HADDR_UNDEF) {
+    H5Eclear2(H5E_DEFAULT);
+    return extent;
+  }
+  if (MOERL_H5_CALL(H5Tequal(type.get(), memory_type), name) <= 0) return extent;
+  Handle creation(MOERL_H5_CALL(H5Fget_create_plist(id()), "/"), H5Pclose);
+  hsize_t user_block = 0;
+  MOERL_H5_CALL(H5Pget_userblock(creation.get(), &user_block), "/");
+  if (user_block == 0) extent.raw_offset = static_cast<std::uint64_t>(offset);
+  return extent;
+}
+
+DatasetLayout File::layout_of(hid_t dataset, hid_t type, const std::string& name) const {
+  Handle space(MOERL_H5_CALL(H5Dget_space(dataset), name), H5Sclose);
   DatasetLayout layout;
   const int rank = MOERL_H5_CALL(H5Sget_simple_extent_ndims(space.get()), name);
   layout.dims.resize(static_cast<std::size_t>(rank));
   if (rank > 0) MOERL_H5_CALL(H5Sget_simple_extent_dims(space.get(), layout.dims.data(), nullptr), name);
-  layout.type_class = MOERL_H5_CALL(H5Tget_class(type.get()), name);
-  layout.type_size = H5Tget_size(type.get());
+  layout.type_class = MOERL_H5_CALL(H5Tget_class(type), name);
+  layout.type_size = H5Tget_size(type);
   if (layout.type_size == 0) fail(name, "H5Tget_size", __LINE__);
-  if (layout.type_class == H5T_INTEGER) layout.type_signed = MOERL_H5_CALL(H5Tget_sign(type.get()), name) == H5T_SGN_2;
+  if (layout.type_class == H5T_INTEGER) layout.type_signed = MOERL_H5_CALL(H5Tget_sign(type), name) == H5T_SGN_2;
   return layout;
 }
 
@@ -211,11 +236,20 @@ void File::read_dataset(const std::string& name, hid_t memory_type, void* out, s
   MOERL_H5_CALL(H5Dread(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), name);
 }
 
-std::vector<std::string> File::dataset_names() const {
-  std::vector<std::string> names;
-  MOERL_H5_CALL(H5Ovisit(id(), H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names), "/");
-  std::sort(names.begin(), names.end());
-  return names;
+std::vector<std::string> File::leaf_object_names() const {
+  // Links only: H5Ovisit reads every object header to learn its type, which
+  // took 2.3-2.7 of a 174-array checkpoint header's 2.8 ms; the links alone
+  // take 0.5 ms, and a group is the one name another name extends by '/'.
+  std::vector<std::string> links;
+  MOERL_H5_CALL(H5Lvisit(id(), H5_INDEX_NAME, H5_ITER_INC, collect_link, &links), "/");
+  std::sort(links.begin(), links.end());
+  std::vector<std::string> leaves;
+  for (const std::string& name : links) {
+    const std::string children = name + "/";
+    const auto next = std::lower_bound(links.begin(), links.end(), children);
+    if (next == links.end() || next->compare(0, children.size(), children) != 0) leaves.push_back(name);
+  }
+  return leaves;
 }
 
 // ---------------------------------------------------------------------------

@@ -86,9 +86,17 @@ TEST_CASE("a learner checkpoint restores weights, optimizer, RNG, staleness and 
 
   Trained loaded(config, 2);
   REQUIRE_FALSE(same_parameters(*saved.policy, *loaded.policy));
+  // A learner that has stepped keeps its moment tensors: the load writes into them.
+  const auto first_moment = [](Trained& t) {
+    const auto& states = t.optimizer->state();
+    const auto& state = static_cast<const torch::optim::AdamWParamState&>(*states.begin()->second);
+    return state.exp_avg().data_ptr();
+  };
+  const void* moment_memory = first_moment(loaded);
   const LearnerState back = moerl::learner::load_checkpoint_version(checkpoint_settings(config).directory, 9,
                                                                     *loaded.policy, loaded.optimizer.get());
   CHECK(same_parameters(*saved.policy, *loaded.policy));
+  CHECK(first_moment(loaded) == moment_memory);
   CHECK(back.step == 7);
   CHECK(back.version == 9);
   CHECK(back.next_group == 123);

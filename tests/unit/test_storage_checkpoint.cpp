@@ -247,6 +247,81 @@ TEST_CASE("arrays are checked against an expected spec, every difference listed"
   CHECK(reader.read(ArraySpec{"rng/rank0", DType::UInt8, {5}}).size() == 5);
 }
 
+TEST_CASE("a large array read past HDF5 in blocks equals what was written, and a flip in a later block is caught",
+          "[storage]") {
+  TempDir dir;
+  const std::string path = dir.file("v000001.rank0.h5");
+  // 1.2 MB: several of the reader's 256 KiB blocks and a partial last one.
+  std::vector<float> values(300007);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  {
+    CheckpointWriter writer(path);
+    add<float>(writer, "model/big", DType::Float32, {static_cast<std::int64_t>(values.size())}, values);
+    writer.commit();
+  }
+  CHECK(as<float>(CheckpointReader(path).read("model/big")) == values);
+  flip_byte(path, data_offset(path, "/model/big") + 3 * (std::size_t{256} << 10) + 17);
+  CHECK_THROWS_WITH(CheckpointReader(path).read("model/big"),
+                    Catch::Contains("dataset 'model/big'") && Catch::Contains("checksum mismatch"));
+}
+
+TEST_CASE("a file without the array table (written before it existed) reads the same", "[storage]") {
+  TempDir dir;
+  const std::string path = dir.file("v000003.rank0.h5");
+  write_sample(path);
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(file >= 0);
+    REQUIRE(H5Adelete(file, "_array_table") >= 0);
+    H5Fclose(file);
+  }
+  const CheckpointReader reader(path);
+  REQUIRE(reader.arrays().size() == 6);
+  CHECK(reader.info("model/w").shape == Shape{2, 3});
+  CHECK(reader.info("model/empty").shape == Shape{0, 4});
+  CHECK(reader.info("model/bf16").dtype == DType::BFloat16);
+  CHECK(as<float>(reader.read("model/w")) == std::vector<float>{1.5f, -2, 3, 4, 5, 6.25f});
+  CHECK(reader.verify_all() == 24 + 24 + 8 + 5 + 8);
+}
+
+TEST_CASE("a dataset replaced by one of another shape is refused when read, naming it", "[storage]") {
+  TempDir dir;
+  const std::string path = dir.file("v000003.rank0.h5");
+  write_sample(path);
+  {
+    moerl::storage::h5::File file = moerl::storage::h5::File::open(path, true);
+    file.delete_link("model/w");
+    const std::vector<float> other(6, 1.0f);
+    file.write_dataset("model/w", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {3, 2}, false, other.data());
+  }
+  const CheckpointReader reader(path);  // the header itself is intact
+  CHECK_THROWS_WITH(reader.read("model/w"),
+                    Catch::Contains(path) && Catch::Contains("dataset 'model/w'") &&
+                        Catch::Contains("stored shape [3, 2] differs from the header's [2, 3]"));
+  CHECK(reader.read("rng/rank0").size() == 5);
+}
+
+TEST_CASE("a malformed array table is refused naming the entry", "[storage]") {
+  TempDir dir;
+  const std::string path = dir.file("v000003.rank0.h5");
+  write_sample(path);
+  std::string table;
+  {
+    moerl::storage::h5::File file = moerl::storage::h5::File::open(path, true);
+    table = file.string_attribute("/", "_array_table");
+    const std::size_t tab = table.find('\t');
+    file.set_attribute("/", "_array_table",
+                       table.substr(0, tab) + "\tfloat32\t2,,3\t1" + table.substr(table.find('\n')));
+  }
+  CHECK_THROWS_WITH(CheckpointReader(path),
+                    Catch::Contains(path) && Catch::Contains("entry 1 of the header's array table"));
+  {
+    moerl::storage::h5::File file = moerl::storage::h5::File::open(path, true);
+    file.set_attribute("/", "_array_table", table.substr(0, table.rfind('\n', table.size() - 2) + 1));
+  }
+  CHECK_THROWS_WITH(CheckpointReader(path), Catch::Contains("array table has 5 entries for 6 arrays"));
+}
+
 TEST_CASE("HDF5 errors name the file and object and carry the error stack", "[storage]") {
   TempDir dir;
   const std::string path = dir.file("plain.h5");

@@ -175,6 +175,11 @@ TEST_CASE("a sharded version is incomplete without every shard", "[storage]") {
                     Catch::Contains("v000002.rank1.h5") && Catch::Contains("does not exist"));
   CHECK_FALSE(fs::exists(store.index_path(2)));
   CHECK(store.latest() == 1);
+  // A shard of another version under this version's name is refused, naming what it holds.
+  fs::copy_file(store.shard_path(1, 1), store.shard_path(2, 1));
+  CHECK_THROWS_WITH(store.complete_version(2, 3),
+                    Catch::Contains("v000002.rank1.h5") && Catch::Contains("holds version 1 rank 1 of 3"));
+  CHECK_FALSE(fs::exists(store.index_path(2)));
 
   // A shard removed after completion makes the version invalid, naming the file.
   fs::remove(store.shard_path(1, 2));

@@ -11,7 +11,9 @@
 //   /<array name>                  one contiguous dataset per array;
 //                                  attributes "dtype" (name) and "crc32c"
 //   / attributes "_format", "_version", "_rank", "_num_shards",
-//                "_arrays" (names, one a line), "_header_crc32c"
+//                "_arrays" (names, one a line), "_array_table" (name, dtype,
+//                shape and checksum, one array a line; absent in files
+//                written before 7 Dec 2026), "_header_crc32c"
 //   / attributes not starting with '_': the caller's attributes
 // The header checksum covers the identity, every array's name, dtype, shape and
 // checksum, and every caller attribute; each dataset's checksum covers its bytes.
@@ -83,6 +85,10 @@ struct ShardIdentity {
   int rank = 0;
   int num_shards = 1;
 };
+
+// The identity in a shard file's header, without the array checks of a
+// CheckpointReader: what completing a version needs to know of each shard.
+ShardIdentity read_shard_identity(const std::string& path);
 
 // ---------------------------------------------------------------------------
 // Fault injection: make a save stop at a named point, as a killed process
@@ -156,9 +162,10 @@ class CheckpointWriter {
 
 // ---------------------------------------------------------------------------
 // Reads one shard file. The constructor checks the header (format, identity,
-// the list of arrays against the datasets present, dtypes, shapes, the header
-// checksum); every read checks the data's checksum. Every error names the
-// file and the dataset.
+// the list of arrays against the datasets present, the header checksum);
+// every read checks the dataset's stored type and shape against the header
+// and its bytes against their checksum. Every error names the file and the
+// dataset.
 class CheckpointReader {
  public:
   explicit CheckpointReader(const std::string& path);
@@ -189,6 +196,12 @@ class CheckpointReader {
   std::uint64_t verify_all() const;
 
  private:
+  void read_array_table(const std::vector<std::string>& listed);
+  ArrayInfo read_array_attributes(const std::string& name) const;
+  void check_layout(const ArrayInfo& info, const h5::DatasetLayout& layout, bool shape_too) const;
+  std::uint32_t read_raw_with_crc32c(std::uint64_t offset, void* out, std::size_t bytes,
+                                     const std::string& where) const;
+
   std::string path_;
   h5::File file_;
   ShardIdentity identity_;

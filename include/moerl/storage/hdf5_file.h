@@ -10,6 +10,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,15 @@ struct DatasetLayout {
   bool type_signed = false;
 };
 
+// Where a dataset's element bytes lie in the file, when a reader may copy them
+// as they are: stored contiguously (so unfiltered), allocated, in the same
+// type and byte order as the memory type asked for, in a file without a user
+// block. Otherwise `raw_offset` is empty and the data goes through H5Dread.
+struct DatasetExtent {
+  DatasetLayout layout;
+  std::optional<std::uint64_t> raw_offset;
+};
+
 class File {
  public:
   // Creates (truncating) a file with the newest format, so that HDF5 checksums its own metadata.
@@ -80,10 +90,14 @@ class File {
   void write_dataset(const std::string& name, hid_t file_type, hid_t memory_type, const std::vector<hsize_t>& dims,
                      bool scalar, const void* data);
   DatasetLayout dataset_layout(const std::string& name) const;
+  // The layout of `name` and, for a reader of `memory_type`, where its raw bytes are (see DatasetExtent).
+  DatasetExtent dataset_extent(const std::string& name, hid_t memory_type) const;
   // Reads a whole dataset into `out` (`bytes` must equal elements * size of memory_type).
   void read_dataset(const std::string& name, hid_t memory_type, void* out, std::size_t bytes) const;
-  // Every dataset in the file, as paths without the leading '/', sorted.
-  std::vector<std::string> dataset_names() const;
+  // Every object without children, as paths without the leading '/', sorted:
+  // each dataset, and any group left empty (which a well-formed moerl file
+  // never has, so a caller that expects datasets sees it as a stray name).
+  std::vector<std::string> leaf_object_names() const;
 
   void set_attribute(const std::string& object, const std::string& name, const std::string& value);
   void set_attribute(const std::string& object, const std::string& name, std::int64_t value);
@@ -99,6 +113,7 @@ class File {
   File(std::string path, Handle handle) : path_(std::move(path)), handle_(std::move(handle)) {}
   [[noreturn]] void fail(const std::string& object, const char* operation, int line) const;
   Handle open_attribute(const std::string& object, const std::string& name) const;
+  DatasetLayout layout_of(hid_t dataset, hid_t type, const std::string& name) const;
   void replace_attribute(const std::string& object, const std::string& name, hid_t type, hid_t space, const void* data,
                          hid_t memory_type);
 
