@@ -592,6 +592,45 @@ TEST_CASE("maze observations are a 5x5 window with the goal offset", "[env]") {
   CHECK(intro.find(" right") != std::string::npos);
 }
 
+// The right-hand rule computed from an observation alone: the 5x5 window
+// (the walls next to '@') and the previous move.
+std::string right_hand_move(const std::string& observation, const std::string& previous) {
+  const std::string grid = observation.substr(observation.find('\n') + 1);
+  REQUIRE(grid.size() == 5 * 6 - 1);
+  REQUIRE(grid[2 * 6 + 2] == '@');
+  const std::map<std::string, char> next_to_me = {
+      {"up", grid[1 * 6 + 2]}, {"down", grid[3 * 6 + 2]}, {"left", grid[2 * 6 + 1]}, {"right", grid[2 * 6 + 3]}};
+  const std::map<std::string, std::vector<std::string>> order = {{"up", {"right", "up", "left", "down"}},
+                                                                 {"right", {"down", "right", "up", "left"}},
+                                                                 {"down", {"left", "down", "right", "up"}},
+                                                                 {"left", {"up", "left", "down", "right"}}};
+  for (const std::string& move : order.at(previous))
+    if (next_to_me.at(move) != '#') return move;
+  return "none";
+}
+
+TEST_CASE("the maze expert follows the right-hand wall: each move follows from what the player sees", "[env]") {
+  for (int d : {1, 3, 6}) {
+    for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+      INFO("maze difficulty " << d << " seed " << seed);
+      auto env = make_builtin_environment("maze");
+      std::string observation = env->open(spec_of("maze", d, seed));
+      std::string previous = "down";  // the heading at the start
+      int turns = 0;
+      while (!env->done()) {
+        const std::string action = env->expert_action(0.0, 0);
+        CHECK(action == right_hand_move(observation, previous));
+        observation = env->step(action).observation;
+        previous = action;
+        ++turns;
+      }
+      CHECK(env->succeeded());
+      const int cells = (d + 2) * (d + 2);
+      CHECK(turns <= 2 * (cells - 1));  // at most one tour of the maze
+    }
+  }
+}
+
 TEST_CASE("calculator: precedence, parentheses and signs", "[env]") {
   auto value = [](const std::string& text) {
     const CalcResult r = evaluate_integer_expression(text);
