@@ -6,7 +6,9 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "moe_layer_timing.h"
@@ -19,10 +21,18 @@
 namespace moerl::bench {
 namespace {
 
-// Restores the thread count when a case ends.
+// Restores the thread count when a case ends. Only a change is applied:
+// at::set_num_threads also re-creates LibTorch's pthreadpool, whose new
+// worker spins for tens of milliseconds, and on 2 cores that spin took a
+// core from the case being timed (libpthreadpool was 12% of the samples of
+// a 2-thread run that set the count twice per case, 2.5% once per process).
 struct ThreadScope {
-  explicit ThreadScope(int threads) : saved(at::get_num_threads()) { at::set_num_threads(threads); }
-  ~ThreadScope() { at::set_num_threads(saved); }
+  explicit ThreadScope(int threads) : saved(at::get_num_threads()) {
+    if (threads != saved) at::set_num_threads(threads);
+  }
+  ~ThreadScope() {
+    if (at::get_num_threads() != saved) at::set_num_threads(saved);
+  }
   int saved;
 };
 
@@ -167,6 +177,10 @@ BenchReport run_moe_bench(const BenchOptions& options) {
       options.quick ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{128, 1024};
   const int warmup = 1, reps = options.quick ? 1 : 5;  // one warm-up even when quick: first calls allocate
   for (int threads : thread_counts) {
+    const ThreadScope scope(threads);
+    // Let the pthreadpool worker that the change re-created stop spinning
+    // (see ThreadScope) before the first case is timed.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     for (std::int64_t tokens : token_counts) {
       for (const auto& shape : shapes) {
         for (std::int64_t hidden : hiddens) {

@@ -58,7 +58,11 @@ def main():
         p = c["params"]
         if c["name"] != "layer_fwd_bwd" or p.get("shared", 0) != 0:
             continue
-        torch.set_num_threads(p["threads"])
+        if torch.get_num_threads() != p["threads"]:
+            # As moerl's side does: set_num_threads re-creates the pthreadpool,
+            # whose new worker spins for a while; let it settle before timing.
+            torch.set_num_threads(p["threads"])
+            time.sleep(0.3)
         shape = {k: p[k] for k in ("tokens", "hidden", "experts", "d_expert", "top_k", "threads")}
         cases.append(dict(shape, tokens_per_s=fwd_bwd_tokens_per_s(shape, warmup=2, reps=args.reps),
                           experts_implementation=EXPERTS_IMPLEMENTATION))
