@@ -209,6 +209,15 @@ DatasetExtent File::dataset_extent(const std::string& name, hid_t memory_type) c
   return extent;
 }
 
+std::optional<int> File::posix_descriptor() const {
+  Handle access(MOERL_H5_CALL(H5Fget_access_plist(id()), "/"), H5Pclose);
+  if (MOERL_H5_CALL(H5Pget_driver(access.get()), "/") != H5FD_SEC2) return std::nullopt;
+  void* handle = nullptr;
+  MOERL_H5_CALL(H5Fget_vfd_handle(id(), access.get(), &handle), "/");
+  if (handle == nullptr) return std::nullopt;
+  return *static_cast<int*>(handle);
+}
+
 DatasetLayout File::layout_of(hid_t dataset, hid_t type, const std::string& name) const {
   Handle space(MOERL_H5_CALL(H5Dget_space(dataset), name), H5Sclose);
   DatasetLayout layout;

@@ -259,8 +259,16 @@ TEST_CASE("a large array read past HDF5 in blocks equals what was written, and a
     add<float>(writer, "model/big", DType::Float32, {static_cast<std::int64_t>(values.size())}, values);
     writer.commit();
   }
+  const std::uint64_t offset = data_offset(path, "/model/big");
+  {
+    // The reader's path past HDF5 applies: HDF5's descriptor and the data's offset are known.
+    const auto file = moerl::storage::h5::File::open(path);
+    CHECK(file.posix_descriptor().has_value());
+    CHECK(file.dataset_extent("model/big", H5T_NATIVE_FLOAT).raw_offset == offset);
+    CHECK_FALSE(file.dataset_extent("model/big", H5T_NATIVE_DOUBLE).raw_offset.has_value());
+  }
   CHECK(as<float>(CheckpointReader(path).read("model/big")) == values);
-  flip_byte(path, data_offset(path, "/model/big") + 3 * (std::size_t{256} << 10) + 17);
+  flip_byte(path, offset + 3 * (std::size_t{256} << 10) + 17);
   CHECK_THROWS_WITH(CheckpointReader(path).read("model/big"),
                     Catch::Contains("dataset 'model/big'") && Catch::Contains("checksum mismatch"));
 }

@@ -199,7 +199,7 @@ class CheckpointReader {
   void read_array_table(const std::vector<std::string>& listed);
   ArrayInfo read_array_attributes(const std::string& name) const;
   void check_layout(const ArrayInfo& info, const h5::DatasetLayout& layout, bool shape_too) const;
-  std::uint32_t read_raw_with_crc32c(std::uint64_t offset, void* out, std::size_t bytes,
+  std::uint32_t read_raw_with_crc32c(int fd, std::uint64_t offset, void* out, std::size_t bytes,
                                      const std::string& where) const;
 
   std::string path_;

@@ -92,6 +92,10 @@ class File {
   DatasetLayout dataset_layout(const std::string& name) const;
   // The layout of `name` and, for a reader of `memory_type`, where its raw bytes are (see DatasetExtent).
   DatasetExtent dataset_extent(const std::string& name, hid_t memory_type) const;
+  // The POSIX descriptor HDF5 reads this file through (the default sec2
+  // driver), for pread at a DatasetExtent's offset; empty for other drivers.
+  // It stays HDF5's: valid until close(), never to be closed or seeked.
+  std::optional<int> posix_descriptor() const;
   // Reads a whole dataset into `out` (`bytes` must equal elements * size of memory_type).
   void read_dataset(const std::string& name, hid_t memory_type, void* out, std::size_t bytes) const;
   // Every object without children, as paths without the leading '/', sorted:
