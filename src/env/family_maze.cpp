@@ -111,7 +111,7 @@ class MazeSession final : public FamilySession {
     if (k < 0) return invalid("unknown move " + quote(word) + " " + usage);
     if (extra != 0) return invalid("one direction per move " + usage);
     const Direction& d = kDirections[k];
-    if (tile(2 * row_ + 1 + d.dr, 2 * col_ + 1 + d.dc) == '#') {
+    if (!passable(k)) {
       return invalid(std::string("wall, cannot move ") + d.name);
     }
     const int before = distance();
@@ -140,7 +140,7 @@ class MazeSession final : public FamilySession {
     std::array<int, 4> open_ways{}, walls{};
     int n_open = 0, n_walls = 0;
     for (int k = 0; k < 4; ++k) {
-      if (!open(k)) {
+      if (!passable(k)) {
         walls[n_walls++] = k;
       } else if (k != best) {
         open_ways[n_open++] = k;
@@ -206,7 +206,8 @@ class MazeSession final : public FamilySession {
 
   int distance() const { return to_goal_[row_ * cells_ + col_]; }
 
-  bool open(int k) const { return tile(2 * row_ + 1 + kDirections[k].dr, 2 * col_ + 1 + kDirections[k].dc) != '#'; }
+  // No wall between the agent's cell and the next one in direction k.
+  bool passable(int k) const { return tile(2 * row_ + 1 + kDirections[k].dr, 2 * col_ + 1 + kDirections[k].dc) != '#'; }
 
   // Right of, left of and opposite to direction k (indices into kDirections: up, down, left, right).
   static int right_of(int k) { return std::array<int, 4>{3, 2, 0, 1}[static_cast<size_t>(k)]; }
@@ -217,7 +218,7 @@ class MazeSession final : public FamilySession {
   // side (the one it was entered from, or a carved passage at the start).
   int wall_following_direction() const {
     for (int k : {right_of(heading_), heading_, left_of(heading_), behind(heading_)})
-      if (open(k)) return k;
+      if (passable(k)) return k;
     return heading_;  // unreachable: the maze is connected and has more than one cell
   }
 

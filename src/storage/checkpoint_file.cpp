@@ -411,6 +411,7 @@ ShardIdentity read_shard_identity(const std::string& path) {
 CheckpointReader::CheckpointReader(const std::string& path) : path_(path), file_(open_checkpoint(path)) {
   try {
     identity_ = header_identity(file_);
+    descriptor_ = file_.posix_descriptor();
     const std::vector<std::string> listed = split_lines(file_.string_attribute("/", "_arrays"));
 
     for (const std::string& name : file_.attribute_names("/")) {
@@ -558,9 +559,8 @@ void CheckpointReader::read_into(const std::string& name, void* out, std::size_t
   try {
     const h5::DatasetExtent extent = file_.dataset_extent(name, memory_type(a.dtype));
     check_layout(a, extent.layout, true);
-    const std::optional<int> fd = extent.raw_offset ? file_.posix_descriptor() : std::nullopt;
-    if (fd) {
-      computed = read_raw_with_crc32c(*fd, *extent.raw_offset, out, bytes, where);
+    if (extent.raw_offset && descriptor_) {
+      computed = read_raw_with_crc32c(*descriptor_, *extent.raw_offset, out, bytes, where);
     } else {
       file_.read_dataset(name, memory_type(a.dtype), out, bytes);
       computed = crc32c(out, bytes);

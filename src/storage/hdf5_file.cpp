@@ -194,22 +194,24 @@ DatasetExtent File::dataset_extent(const std::string& name, hid_t memory_type) c
   DatasetExtent extent;
   extent.layout = layout_of(dataset.get(), type.get(), name);
   // H5Dget_offset is HADDR_UNDEF for chunked and compact layouts and for
-  // space not yet allocated; it is relative to the HDF5 base address, which
-  // is the start of the file only without a user block.
+  // space not yet allocated.
   const haddr_t offset = H5Dget_offset(dataset.get());
   if (offset == HADDR_UNDEF) {
     H5Eclear2(H5E_DEFAULT);
     return extent;
   }
-  if (MOERL_H5_CALL(H5Tequal(type.get(), memory_type), name) <= 0) return extent;
-  Handle creation(MOERL_H5_CALL(H5Fget_create_plist(id()), "/"), H5Pclose);
-  hsize_t user_block = 0;
-  MOERL_H5_CALL(H5Pget_userblock(creation.get(), &user_block), "/");
-  if (user_block == 0) extent.raw_offset = static_cast<std::uint64_t>(offset);
+  if (MOERL_H5_CALL(H5Tequal(type.get(), memory_type), name) > 0)
+    extent.raw_offset = static_cast<std::uint64_t>(offset);
   return extent;
 }
 
 std::optional<int> File::posix_descriptor() const {
+  // H5Dget_offset counts from the HDF5 base address, which is the start of
+  // the file only without a user block.
+  Handle creation(MOERL_H5_CALL(H5Fget_create_plist(id()), "/"), H5Pclose);
+  hsize_t user_block = 0;
+  MOERL_H5_CALL(H5Pget_userblock(creation.get(), &user_block), "/");
+  if (user_block != 0) return std::nullopt;
   Handle access(MOERL_H5_CALL(H5Fget_access_plist(id()), "/"), H5Pclose);
   if (MOERL_H5_CALL(H5Pget_driver(access.get()), "/") != H5FD_SEC2) return std::nullopt;
   void* handle = nullptr;

@@ -204,6 +204,7 @@ class CheckpointReader {
 
   std::string path_;
   h5::File file_;
+  std::optional<int> descriptor_;  // file_'s own, for reads past HDF5 (h5::File::posix_descriptor)
   ShardIdentity identity_;
   std::vector<ArrayInfo> arrays_;
   Attributes attributes_;

@@ -57,10 +57,10 @@ struct DatasetLayout {
   bool type_signed = false;
 };
 
-// Where a dataset's element bytes lie in the file, when a reader may copy them
-// as they are: stored contiguously (so unfiltered), allocated, in the same
-// type and byte order as the memory type asked for, in a file without a user
-// block. Otherwise `raw_offset` is empty and the data goes through H5Dread.
+// Where a dataset's element bytes lie (HDF5 address), when a reader may copy
+// them as they are: stored contiguously (so unfiltered), allocated, in the
+// same type and byte order as the memory type asked for. Otherwise
+// `raw_offset` is empty and the data goes through H5Dread.
 struct DatasetExtent {
   DatasetLayout layout;
   std::optional<std::uint64_t> raw_offset;
@@ -93,8 +93,9 @@ class File {
   // The layout of `name` and, for a reader of `memory_type`, where its raw bytes are (see DatasetExtent).
   DatasetExtent dataset_extent(const std::string& name, hid_t memory_type) const;
   // The POSIX descriptor HDF5 reads this file through (the default sec2
-  // driver), for pread at a DatasetExtent's offset; empty for other drivers.
-  // It stays HDF5's: valid until close(), never to be closed or seeked.
+  // driver), for pread at a DatasetExtent's offset; empty for other drivers
+  // and for a file with a user block, where HDF5 addresses are not file
+  // positions. It stays HDF5's: valid until close(), never closed or seeked.
   std::optional<int> posix_descriptor() const;
   // Reads a whole dataset into `out` (`bytes` must equal elements * size of memory_type).
   void read_dataset(const std::string& name, hid_t memory_type, void* out, std::size_t bytes) const;
