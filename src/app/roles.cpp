@@ -115,6 +115,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
       env::ReleaseOnSignal release(mailbox, stop, config.cluster.message_timeout_s);
       bool leave = false;
       service.serve([&] {
+        if (service.replies_sent() > 0) reporter.send_first_news();
         reporter.maybe_send();
         if (const double slow = runtime::fault_hooks().slow_ms.load(); slow > 0)
           std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slow));

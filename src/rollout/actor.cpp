@@ -382,6 +382,7 @@ void Actor::send_episode(Trajectory& t) {
   if (t.failed() && destination != runtime::RankLayout::kCoordinatorRank)
     mailbox_.send(runtime::RankLayout::kCoordinatorRank, t);
   group_member_done(t);
+  ++episodes_sent_;
   telemetry::metrics().add(t.evaluation ? "actor.eval_episodes" : "actor.episodes");
 }
 
@@ -518,6 +519,7 @@ void Actor::run(runtime::StopCoordinator& stop) {
     if (round.apply) apply_ready_weights();
     if (round.step) {
       for (std::uint64_t id : engine_.step()) on_turn(id);
+      if (episodes_sent_ > 0) reporter.send_first_news();
     } else if (round.leave) {
       break;
     } else {

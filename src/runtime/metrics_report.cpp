@@ -88,7 +88,12 @@ void MetricsReporter::maybe_send() {
   send_now();
 }
 
+void MetricsReporter::send_first_news() {
+  if (!sent_any_) send_now();
+}
+
 void MetricsReporter::send_now() {
+  sent_any_ = true;
   next_at_ = monotonic_seconds() + interval_s_;
   telemetry::record_resident_memory();
   if (mailbox_.rank() == coordinator_) return;

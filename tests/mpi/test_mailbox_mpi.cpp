@@ -1,10 +1,12 @@
 // The typed message layer between real MPI ranks: delivery by type, the
-// validation of malformed frames from a peer, and timeouts that name the peer.
+// validation of malformed frames from a peer, timeouts that name the peer, and
+// when a rank's metrics reporter sends.
 
 #include <catch2/catch.hpp>
 #include <mpi.h>
 
 #include "moerl/runtime/mailbox.h"
+#include "moerl/runtime/metrics_report.h"
 
 using namespace moerl::runtime;
 
@@ -83,6 +85,25 @@ TEST_CASE("waiting for a message that never comes times out naming the peer", "[
     const double waited = monotonic_seconds() - start;
     CHECK(waited >= 0.3);
     CHECK(waited < 5.0);
+  }
+  MPI_Barrier(dup.comm);
+}
+
+TEST_CASE("a rank's first news is reported at once, and only once before the interval", "[mailbox]") {
+  DupComm dup;
+  Mailbox mailbox(dup.comm, 20.0);
+  if (mailbox.rank() == 1) {
+    MetricsReporter reporter(mailbox, 3600.0);
+    reporter.maybe_send();      // the interval has not passed: nothing
+    reporter.send_first_news();  // the first report: sent
+    reporter.send_first_news();  // already reported: nothing
+    reporter.send_now();         // explicit: sent
+  }
+  MPI_Barrier(dup.comm);
+  if (mailbox.rank() == 0) {
+    CHECK(mailbox.receive<MetricsReport>(1, 5.0).first == 1);
+    CHECK(mailbox.receive<MetricsReport>(1, 5.0).first == 1);
+    CHECK_FALSE(mailbox.try_receive<MetricsReport>(1).has_value());
   }
   MPI_Barrier(dup.comm);
 }

@@ -26,12 +26,18 @@ class MetricsReporter {
   MetricsReporter(Mailbox& mailbox, double interval_s, int coordinator_rank = 0);
   void maybe_send();
   void send_now();
+  // Sends at once unless a report already went out: a rank calls it when it
+  // first has work to show (an actor's first shipped episode), so that a job
+  // shorter than one interval still finds the rank in learner 0's per-step
+  // metrics lines.
+  void send_first_news();
 
  private:
   Mailbox& mailbox_;
   double interval_s_;
   int coordinator_;
   double next_at_ = 0;
+  bool sent_any_ = false;
 };
 
 }  // namespace moerl::runtime
