@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -76,6 +77,13 @@ class GroupWatchdog {
   }
   void announce(char op, pid_t group) {
     std::lock_guard<std::mutex> lock(mutex_);
+    // A forked child inherited the parent's lifeline, which the parent keeps
+    // open: the parent's watchdog would never see the child end. The child
+    // gets one of its own on its first announcement.
+    if (owner_ != ::getpid()) {
+      close_fd(lifeline_);
+      start();
+    }
     if (lifeline_ < 0) return;
     const std::string line = std::string(1, op) + " " + std::to_string(group) + "\n";  // "+ 123": read -r op group
     // One short write to a pipe is atomic; a dead watchdog (EPIPE) is not our failure.
@@ -86,6 +94,18 @@ class GroupWatchdog {
   GroupWatchdog() {
     // An error that aborts the job kills the groups at once, without waiting for our end.
     runtime::add_abort_cleanup(&kill_all_child_process_groups);
+    // A fork while another thread announces must not leave the child's copy
+    // of the mutex locked; and the parent's groups are not the child's.
+    pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },
+                   [] {
+                     instance().mutex_.unlock();
+                     for (auto& slot : g_live_groups) slot.store(0);
+                   });
+    start();
+  }
+
+  void start() {
+    owner_ = ::getpid();
     int pipe_fds[2];
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) return;
     posix_spawn_file_actions_t actions;
@@ -113,6 +133,7 @@ class GroupWatchdog {
 
   std::mutex mutex_;
   int lifeline_ = -1;
+  pid_t owner_ = -1;  // the process this watchdog watches over
 };
 
 }  // namespace
