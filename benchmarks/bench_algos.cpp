@@ -1,5 +1,5 @@
 // `moerl bench algos [--config F] [--steps N] [--init base.pt] [--seeds 1,2] [--only a,b] [--dir D]
-//                    [--set k=v ...]`: the five objectives of [algo] on one base, the same budget and the
+//                    [--set k=v ...]`: the six objectives of [algo] on one base, the same budget and the
 // same seeds. Each (objective, seed) is its own `scripts/launch.sh -n 4 ... moerl train` (1 learner,
 // 2 actors, 1 env worker) of N steps from the same --init base; the objectives differ only in
 //   grpo     algo.advantage = "grpo"
@@ -8,6 +8,8 @@
 //   rloo     algo.advantage = "rloo"
 //   ppo      algo.advantage = "ppo"      (value head and GAE over turns)
 //   gspo     algo.advantage = "grpo", algo.gspo = true
+//   grpo_turn algo.advantage = "grpo", algo.credit = "turn" (each turn's own reward, normalised
+//            in its group, and the later turns'; meant for shaped rewards)
 // so every other key (and the user's --set) is shared. Without --init the bench first pretrains one
 // base with `moerl pretrain` (the config's [pretrain]) into D/base.pt and trains every run from it.
 //
@@ -48,14 +50,15 @@ using moerl::JsonWriter;
 
 struct Objective {
   std::string name;
-  std::string advantage;  // [algo] advantage
-  bool gspo = false;      // [algo] gspo
+  std::string advantage;     // [algo] advantage
+  bool gspo = false;         // [algo] gspo
+  bool turn_credit = false;  // [algo] credit = "turn"
 };
 
 const std::vector<Objective>& objectives() {
   static const std::vector<Objective> list = {
       {"grpo", "grpo", false}, {"dr_grpo", "dr_grpo", false}, {"rloo", "rloo", false},
-      {"ppo", "ppo", false},   {"gspo", "grpo", true},
+      {"ppo", "ppo", false},   {"gspo", "grpo", true},        {"grpo_turn", "grpo", false, true},
   };
   return list;
 }
@@ -95,7 +98,7 @@ AlgosArgs parse_args(const std::vector<std::string>& args, bool quick) {
   for (const std::string& name : out.only)
     if (std::none_of(objectives().begin(), objectives().end(), [&](const Objective& o) { return o.name == name; }))
       throw moerl::Error("bench algos: --only: unknown objective '" + name +
-                         "' (objectives: grpo, dr_grpo, rloo, ppo, gspo)");
+                         "' (objectives: grpo, dr_grpo, rloo, ppo, gspo, grpo_turn)");
   if (!out.run.init_path.empty() && !fs::is_regular_file(out.run.init_path))
     throw moerl::Error("bench algos: --init " + out.run.init_path + " is not a file");
   out.dir = fs::absolute(out.dir).lexically_normal().string();
@@ -194,7 +197,8 @@ std::vector<std::string> train_argv(const AlgosArgs& args, const Objective& obje
         "run.seed=" + std::to_string(seed), "optim.total_steps=" + std::to_string(args.steps),
         std::string("cluster.learners=1"), std::string("cluster.actors=2"), std::string("cluster.env_workers=1"),
         std::string("cluster.standby_actors=0"), "algo.advantage=\"" + objective.advantage + "\"",
-        std::string("algo.gspo=") + (objective.gspo ? "true" : "false")})
+        std::string("algo.gspo=") + (objective.gspo ? "true" : "false"),
+        std::string("algo.credit=") + (objective.turn_credit ? "\"turn\"" : "\"episode\"")})
     sets.push_back(s);
   for (const std::string& s : sets) {
     argv.push_back("--set");
@@ -342,7 +346,8 @@ std::string results_json(const AlgosArgs& args, const std::string& init, const s
     const auto objective = std::find_if(objectives().begin(), objectives().end(),
                                         [&](const Objective& o) { return o.name == r.objective; });
     json.begin_object().key("objective").value(r.objective).key("advantage").value(objective->advantage);
-    json.key("gspo").value(objective->gspo).key("seed").value(r.seed).key("run_dir").value(r.run_dir);
+    json.key("gspo").value(objective->gspo).key("credit").value(objective->turn_credit ? "turn" : "episode");
+    json.key("seed").value(r.seed).key("run_dir").value(r.run_dir);
     json.key("log").value(r.log).key("exit_status").value(r.exit_status).key("job_wall_s").value(r.job_wall_s);
     if (r.ok()) {
       json.key("wall_s").value(r.wall_s).key("steps_completed").value(r.steps_completed);

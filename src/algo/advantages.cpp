@@ -98,6 +98,37 @@ torch::Tensor rloo_advantages(const torch::Tensor& rewards, const torch::Tensor&
   return torch::where(others > 0, r - baseline, torch::zeros_like(r));
 }
 
+torch::Tensor turn_group_advantages(const torch::Tensor& turn_rewards, const torch::Tensor& turn_episode,
+                                    const torch::Tensor& group_ids, const GroupAdvantageOptions& options) {
+  MOERL_CHECK(turn_rewards.dim() == 1 && turn_rewards.is_floating_point(),
+              "turn_group_advantages: turn_rewards must be a floating-point [M]");
+  MOERL_CHECK(turn_episode.dim() == 1 && turn_episode.size(0) == turn_rewards.size(0),
+              "turn_group_advantages: turn_episode must be [M] like turn_rewards");
+  MOERL_CHECK(group_ids.dim() == 1, "turn_group_advantages: group_ids must be [N]");
+  torch::NoGradGuard no_grad;
+  const auto episodes = group_ids.size(0);
+  const torch::Tensor owner = turn_episode.to(torch::kCPU, torch::kLong).contiguous();
+  const auto* e = owner.data_ptr<std::int64_t>();
+  const std::int64_t m = owner.numel();
+  for (std::int64_t k = 0; k < m; ++k)
+    MOERL_CHECK(e[k] >= 0 && e[k] < episodes && (k == 0 || e[k] >= e[k - 1]),
+                "turn_group_advantages: turn " + std::to_string(k) + " names episode " + std::to_string(e[k]) +
+                    " (episodes 0.." + std::to_string(episodes - 1) + ", in nondecreasing order)");
+  const torch::Tensor turn_groups = group_ids.index_select(0, turn_episode.to(group_ids.device()));
+  const torch::Tensor normalised =
+      grpo_advantages(turn_rewards, turn_groups, options).to(torch::kCPU, torch::kDouble).contiguous();
+  // Suffix sums inside each episode (M is a few thousand turns: a host loop).
+  const auto* r = normalised.data_ptr<double>();
+  std::vector<double> sums(static_cast<size_t>(m));
+  double later = 0;
+  for (std::int64_t k = m - 1; k >= 0; --k) {
+    if (k == m - 1 || e[k] != e[k + 1]) later = 0;
+    later += r[k];
+    sums[static_cast<size_t>(k)] = later;
+  }
+  return torch::tensor(sums, torch::kDouble).to(turn_rewards.options());
+}
+
 GroupFilter filter_zero_variance_groups(const torch::Tensor& rewards, const torch::Tensor& group_ids,
                                         double tolerance) {
   check_episode_inputs("filter_zero_variance_groups", rewards, group_ids);

@@ -315,6 +315,12 @@ class Loader {
                 "lists 'external' but [env.external] command is empty");
     }
     check_expert_parallel();
+    if (config_.algo.credit == CreditAssignment::Turn)
+      require(
+          config_.algo.advantage == AdvantageEstimator::Grpo || config_.algo.advantage == AdvantageEstimator::DrGrpo,
+          "algo.credit",
+          "\"turn\" needs algo.advantage = \"grpo\" or \"dr_grpo\" (ppo assigns credit per turn "
+          "with its value head; rloo has no per-turn form here)");
     require(!config_.env.families.empty(), "env.families", "must name at least one task family");
     require(!(config_.env.reward_min >= config_.env.reward_max), "env.reward_max",
             "must be greater than env.reward_min");

@@ -426,6 +426,11 @@ SectionSpec algo_section() {
             {"ppo", AdvantageEstimator::Ppo}},
            "Advantage estimator: GRPO (group-normalised), Dr.GRPO (no std normalisation), RLOO, or PPO "
            "(a learned value head and GAE over turns; groups are then just batches).");
+  b.choice("credit", &AlgoSection::credit, {{"episode", CreditAssignment::Episode}, {"turn", CreditAssignment::Turn}},
+           "grpo and dr_grpo: episode = every token of an episode gets the episode's group-relative "
+           "advantage; turn = each turn's reward is normalised against every turn reward of its group and "
+           "a turn's tokens get the sum of its own and its later turns' (process-reward GRPO; for shaped "
+           "rewards, docs/algorithms.md).");
   b.field("gspo", &AlgoSection::gspo, "Sequence-level ratio and clipping (GSPO), recommended for MoE.");
   b.field("clip_low", &AlgoSection::clip_low, "Lower clip range: ratio >= 1 - clip_low.").between(0, 1);
   b.field("clip_high", &AlgoSection::clip_high, "Upper clip range: ratio <= 1 + clip_high (clip-higher).").at_least(0);

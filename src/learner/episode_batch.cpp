@@ -81,6 +81,7 @@ EpisodeTurns episode_turns(const std::vector<const rollout::Trajectory*>& episod
   MOERL_CHECK(final_bonus.size() == episodes.size(), "episode_turns: one final bonus per episode");
   std::vector<std::int64_t> turn_index;
   std::vector<float> turn_rewards;
+  std::vector<std::int64_t> turn_counts;
   for (size_t e = 0; e < episodes.size(); ++e) {
     const rollout::Trajectory& t = *episodes[e];
     // The targets, in make_episode_batch's order: every token but the first
@@ -107,8 +108,10 @@ EpisodeTurns episode_turns(const std::vector<const rollout::Trajectory*>& episod
     for (size_t k = static_cast<size_t>(actions); k < t.turn_rewards.size(); ++k)
       turn_rewards.back() += t.turn_rewards[k];
     turn_rewards.back() += final_bonus[e];
+    turn_counts.push_back(actions);
   }
   EpisodeTurns turns;
+  turns.turn_counts = std::move(turn_counts);
   turns.turn_index = torch::tensor(turn_index, torch::kInt64);
   turns.turn_rewards = torch::tensor(turn_rewards, torch::kFloat32);
   return turns;

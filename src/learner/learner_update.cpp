@@ -14,6 +14,7 @@
 #include "moerl/learner/gradient_averaging.h"
 #include "moerl/learner/overlapped_gradients.h"
 #include "moerl/learner/ppo_targets.h"
+#include "moerl/learner/turn_credit.h"
 #include "moerl/storage/checksum.h"
 #include "moerl/sync/module_weights.h"
 #include "moerl/telemetry/metrics.h"
@@ -114,9 +115,10 @@ void Learner::allreduce_gradients() {
 // Episode-level inputs of the loss: rewards (with the overlong penalty),
 // group-relative advantages and which episodes dynamic sampling keeps.
 struct Learner::EpisodeTargets {
-  torch::Tensor advantages;        // [N]; undefined for PPO (per turn, from the value head)
-  std::vector<float> final_bonus;  // [N] overlong penalty (PPO adds it to the last turn)
-  torch::Tensor kept;              // [N] float 0/1
+  torch::Tensor advantages;                    // [N]; undefined for PPO and for credit per turn
+  std::vector<torch::Tensor> turn_advantages;  // [N] of [turns]: [algo] credit = "turn"
+  std::vector<float> final_bonus;              // [N] overlong penalty (PPO adds it to the last turn)
+  torch::Tensor kept;                          // [N] float 0/1
   double kept_sequences = 0;
 };
 
@@ -166,11 +168,16 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
     targets.kept = filter.kept.to(torch::kFloat32);
     st.zero_variance_groups = filter.dropped_groups;
   }
-  switch (settings_.algo.advantage) {
-    case config::AdvantageEstimator::Grpo: targets.advantages = algo::grpo_advantages(rewards, groups); break;
-    case config::AdvantageEstimator::DrGrpo: targets.advantages = algo::dr_grpo_advantages(rewards, groups); break;
-    case config::AdvantageEstimator::Rloo: targets.advantages = algo::rloo_advantages(rewards, groups); break;
-    case config::AdvantageEstimator::Ppo: break;  // per turn, in ppo_targets()
+  if (settings_.algo.credit == config::CreditAssignment::Turn) {
+    const bool by_std = settings_.algo.advantage == config::AdvantageEstimator::Grpo;
+    targets.turn_advantages = turn_credit_advantages(episodes, targets.final_bonus, groups, by_std);
+  } else {
+    switch (settings_.algo.advantage) {
+      case config::AdvantageEstimator::Grpo: targets.advantages = algo::grpo_advantages(rewards, groups); break;
+      case config::AdvantageEstimator::DrGrpo: targets.advantages = algo::dr_grpo_advantages(rewards, groups); break;
+      case config::AdvantageEstimator::Rloo: targets.advantages = algo::rloo_advantages(rewards, groups); break;
+      case config::AdvantageEstimator::Ppo: break;  // per turn, in ppo_targets()
+    }
   }
   targets.kept_sequences = targets.kept.sum().item<double>();
   return targets;
@@ -193,6 +200,8 @@ Learner::EpisodeTargets Learner::kept_targets(const std::vector<const rollout::T
   const torch::Tensor rows = torch::tensor(index, torch::kInt64);
   EpisodeTargets out;
   if (all.advantages.defined()) out.advantages = all.advantages.index_select(0, rows);
+  if (!all.turn_advantages.empty())
+    for (std::int64_t i : index) out.turn_advantages.push_back(all.turn_advantages[static_cast<size_t>(i)]);
   out.kept = torch::ones({static_cast<std::int64_t>(index.size())}, torch::kFloat32);
   for (std::int64_t i : index) out.final_bonus.push_back(all.final_bonus[static_cast<size_t>(i)]);
   out.kept_sequences = all.kept_sequences;
@@ -378,6 +387,11 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
         st.value_loss += ppo.value_loss.item<double>() * share;
         st.value_mean += ppo.value_mean * share;
         st.explained_variance += ppo.explained_variance * share;
+      } else if (!targets.turn_advantages.empty()) {
+        const std::vector<const rollout::Trajectory*> part(trained.begin() + begin, trained.begin() + end);
+        const std::vector<torch::Tensor> advantages(targets.turn_advantages.begin() + begin,
+                                                    targets.turn_advantages.begin() + end);
+        inputs.advantages = at_rows(turn_credit_token_advantages(batch, part, advantages));
       } else {
         inputs.advantages = at_rows(algo::broadcast_to_tokens(
             targets.advantages.narrow(0, begin, end - begin).to(device_), batch.sequence_index));

@@ -1,5 +1,6 @@
 # Every objective end to end on a tiny model, through `moerl bench algos
-# --quick`: GRPO, Dr.GRPO, RLOO, PPO (value head + GAE) and GRPO+GSPO, each a
+# --quick`: GRPO, Dr.GRPO, RLOO, PPO (value head + GAE), GRPO+GSPO and GRPO with
+# credit per turn, each a
 # real 4-step job (scripts/launch.sh -n 4 train) from the same base. For each:
 # the loss and reward statistics of every step in metrics.jsonl are finite
 # (PPO's value loss and explained variance too), the held-out rewards in
@@ -15,7 +16,7 @@
 # differ from it in most model arrays.
 source "$(dirname "$0")/lib.sh" "$@"
 pretrain_tiny
-OBJECTIVES=(grpo dr_grpo rloo ppo gspo)
+OBJECTIVES=(grpo dr_grpo rloo ppo gspo grpo_turn)
 # The tiny base never succeeds: every group's rewards are all zero and the
 # group-relative objectives rightly skip the update. The soft overlong
 # penalty over the whole episode budget (DAPO's, linear in the generated
@@ -25,7 +26,7 @@ RL=("${TINY[@]}" --set algo.overlong_cache_tokens=256)
 PLOT_PYTHON=/usr/bin/python3
 [ -x "$PLOT_PYTHON" ] || PLOT_PYTHON=python3
 
-timeout 200 env MOERL_BIN="$MOERL" "$MOERL" bench algos --quick --dir "$WORK/bench" --init "$TINY_BASE" \
+timeout 240 env MOERL_BIN="$MOERL" "$MOERL" bench algos --quick --dir "$WORK/bench" --init "$TINY_BASE" \
   "${RL[@]}" --out algos.json >bench.txt 2>&1
 expect_status 0 $? "bench algos --quick"
 for objective in "${OBJECTIVES[@]}"; do expect_contains bench.txt "| $objective | 1 | sort |" "table row of $objective"; done
@@ -99,9 +100,10 @@ import json, math, sys
 report, full = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert report["bench"] == "algos", report["bench"]
 names = [c["name"] for c in report["cases"]]
-assert names == ["grpo/seed1", "dr_grpo/seed1", "rloo/seed1", "ppo/seed1", "gspo/seed1"], names
+assert names == ["grpo/seed1", "dr_grpo/seed1", "rloo/seed1", "ppo/seed1", "gspo/seed1", "grpo_turn/seed1"], names
 runs = {r["objective"]: r for r in full["runs"]}
 assert runs["ppo"]["advantage"] == "ppo" and runs["gspo"]["advantage"] == "grpo" and runs["gspo"]["gspo"], runs
+assert runs["grpo_turn"]["credit"] == "turn" and runs["grpo"]["credit"] == "episode", runs
 for name, r in runs.items():
     assert r["exit_status"] == 0 and r["steps_completed"] == 4, (name, r["exit_status"])
     assert r["gen_tokens_per_s"] > 0 and r["wall_s"] > 0, (name, r["gen_tokens_per_s"], r["wall_s"])

@@ -59,6 +59,34 @@ TEST_CASE("RLOO advantages use the leave-one-out baseline", "[algo]") {
   require_values("rloo", adv, {2.0 / 3, 1.5, -2.0 / 3, -1.5, -2.0 / 3, 2.0 / 3, 0, 0}, 1e-12);
 }
 
+TEST_CASE("Turn advantages normalise every turn reward within the group and sum the later ones", "[algo]") {
+  // Episodes 0 and 1 form group 5, episode 2 is alone in group 8.
+  const std::vector<double> rewards = {0.25, 0.25, 1.0, 0.0, 0.5, 1.0, 0.0};
+  const std::vector<std::int64_t> episode = {0, 0, 0, 1, 1, 2, 2};
+  const std::vector<std::int64_t> groups = {5, 5, 8};
+  // Group 5's turn rewards have mean 0.4: deviations -0.15 -0.15 0.6 | -0.4 0.1;
+  // group 8's mean 0.5: 0.5 -0.5. Sums from each turn to its episode's end:
+  const std::vector<double> centred_sums = {0.30, 0.45, 0.6, -0.3, 0.1, 0.0, -0.5};
+  algo::GroupAdvantageOptions no_std;
+  no_std.normalize_by_std = false;
+  require_values("turn dr_grpo", algo::turn_group_advantages(f64(rewards), i64(episode), i64(groups), no_std),
+                 centred_sums, 1e-12);
+  // With the std (unbiased): group 5 sqrt(0.575 / 4), group 8 sqrt(0.5).
+  const double s5 = std::sqrt(0.575 / 4) + 1e-6, s8 = std::sqrt(0.5) + 1e-6;
+  require_values("turn grpo", algo::turn_group_advantages(f64(rewards), i64(episode), i64(groups)),
+                 {0.30 / s5, 0.45 / s5, 0.6 / s5, -0.3 / s5, 0.1 / s5, 0.0, -0.5 / s8}, 1e-9);
+  // An episode's one turn with the whole reward is the episode-level advantage.
+  require_values("one turn each",
+                 algo::turn_group_advantages(f64(kRewards), i64({0, 1, 2, 3, 4, 5, 6, 7}), i64(kGroups)),
+                 {0.5 / std::sqrt(1.0 / 3.0), 1, -0.5 / std::sqrt(1.0 / 3.0), -1, -0.5 / std::sqrt(1.0 / 3.0),
+                  0.5 / std::sqrt(1.0 / 3.0), 0, 0},
+                 1e-5);
+  CHECK_THROWS_WITH(algo::turn_group_advantages(f64({1, 2}), i64({1, 0}), i64({3, 3})),
+                    Catch::Contains("turn 1 names episode 0") && Catch::Contains("nondecreasing"));
+  CHECK_THROWS_WITH(algo::turn_group_advantages(f64({1, 2}), i64({0, 2}), i64({3, 3})),
+                    Catch::Contains("turn 1 names episode 2"));
+}
+
 TEST_CASE("Advantages broadcast onto tokens", "[algo]") {
   auto seq = i64({0, 0, 1, 1, 1, 2});
   auto tok = algo::broadcast_to_tokens(f64({0.5, -1, 2}), seq);

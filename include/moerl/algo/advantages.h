@@ -36,6 +36,17 @@ torch::Tensor dr_grpo_advantages(const torch::Tensor& rewards, const torch::Tens
 // A group of one has no baseline: its advantage is 0.
 torch::Tensor rloo_advantages(const torch::Tensor& rewards, const torch::Tensor& group_ids);
 
+// Process-reward GRPO (Shao et al. 2024, DeepSeekMath, sec. 4.1.3, process
+// supervision), with each environment turn as a step: every turn reward is
+// normalised against all turn rewards of its episode's group (mean, and the
+// std unless options.normalize_by_std is false), and a turn's advantage is
+// the sum of its own and its episode's later normalised rewards:
+//   A_{i,k} = sum_{k' >= k} (r_{i,k'} - mean_g) / (std_g + eps).
+// turn_rewards [M] in (episode, turn) order; turn_episode [M] int64, the
+// episode of each turn in 0..N-1, nondecreasing; group_ids [N]. -> [M].
+torch::Tensor turn_group_advantages(const torch::Tensor& turn_rewards, const torch::Tensor& turn_episode,
+                                    const torch::Tensor& group_ids, const GroupAdvantageOptions& options = {});
+
 // Dynamic sampling (Yu et al. 2025, DAPO, sec. 3.2): groups whose rewards all
 // agree (max - min <= tolerance) carry no group-relative signal and are
 // dropped.

@@ -215,12 +215,14 @@ struct RolloutSection {
 
 enum class AdvantageEstimator { Grpo, DrGrpo, Rloo, Ppo };
 enum class LossNormalization { Token, Sequence, Constant };
+enum class CreditAssignment { Episode, Turn };
 enum class KlMode { None, K1, K3 };
 
 // [algo]: the RL objective.
 struct AlgoSection {
   AdvantageEstimator advantage = AdvantageEstimator::Grpo;
-  bool gspo = false;  // sequence-level ratio and clipping (recommended for MoE)
+  CreditAssignment credit = CreditAssignment::Episode;  // turn: process-reward GRPO over each turn's reward
+  bool gspo = false;                                    // sequence-level ratio and clipping (recommended for MoE)
   double clip_low = 0.2;
   double clip_high = 0.28;  // clip-higher (DAPO)
   LossNormalization normalization = LossNormalization::Token;

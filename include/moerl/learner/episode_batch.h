@@ -46,8 +46,9 @@ EpisodeBatch batch_on_device(const EpisodeBatch& batch, const torch::Device& dev
 // (plus final_bonus[e], e.g. the overlong penalty, added to the last turn).
 // Every episode needs at least one generated target.
 struct EpisodeTurns {
-  torch::Tensor turn_index;    // [T] int64, as algo::make_turn_layout takes it
-  torch::Tensor turn_rewards;  // [M] float32 in (episode, turn) order
+  torch::Tensor turn_index;               // [T] int64, as algo::make_turn_layout takes it
+  torch::Tensor turn_rewards;             // [M] float32 in (episode, turn) order
+  std::vector<std::int64_t> turn_counts;  // [N] turns of each episode (they sum to M)
 };
 EpisodeTurns episode_turns(const std::vector<const rollout::Trajectory*>& episodes,
                            const std::vector<float>& final_bonus);

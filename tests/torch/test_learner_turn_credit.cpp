@@ -1,0 +1,89 @@
+// [algo] credit = "turn": the per-turn advantages of a step's episodes, and
+// which tokens of a micro-batch get which turn's advantage.
+
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <vector>
+
+#include "algo_test_support.h"
+#include "moerl/learner/episode_batch.h"
+#include "moerl/learner/turn_credit.h"
+
+using namespace moerl;
+using algo_test::require_close_values;
+
+namespace {
+
+rollout::Trajectory episode(std::vector<std::uint8_t> generated, std::vector<float> turn_rewards) {
+  rollout::Trajectory t;
+  const size_t n = generated.size();
+  t.tokens.assign(n, 65);
+  t.generated = std::move(generated);
+  t.behaviour_logprobs.assign(n, 0.f);
+  t.versions.assign(n, 0);
+  t.turn_rewards = std::move(turn_rewards);
+  for (float r : t.turn_rewards) t.reward += r;
+  return t;
+}
+
+// Targets (tokens 1..n-1) of the three episodes:
+//   A: 10 targets, actions at targets 2-3 and 7-8, rewards 0.5 and 2
+//   B:  5 targets, actions at targets 1-2 and 4; one reward (0.25), the
+//       overlong penalty -0.5 on its last turn
+//   C:  3 targets, one action, two rewards reported (3 in its only turn)
+// A and B are one group, C another.
+struct Fixture {
+  std::vector<rollout::Trajectory> storage{episode({0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0}, {0.5f, 2.f}),
+                                           episode({0, 0, 1, 1, 0, 1}, {0.25f}), episode({0, 0, 1, 0}, {1.f, 2.f})};
+  std::vector<const rollout::Trajectory*> episodes{&storage[0], &storage[1], &storage[2]};
+  std::vector<float> bonus{0.f, -0.5f, 0.f};
+  torch::Tensor groups = torch::tensor(std::vector<std::int64_t>{4, 4, 9}, torch::kInt64);
+};
+
+}  // namespace
+
+TEST_CASE("credit per turn: turn rewards are centred within the group and summed to the episode's end",
+          "[learner][algo]") {
+  Fixture f;
+  // Group 4's turn rewards 0.5, 2, 0.25, -0.5 have mean 0.5625: deviations
+  // -0.0625, 1.4375 | -0.3125, -1.0625. C is alone: 0.
+  const std::vector<torch::Tensor> centred = learner::turn_credit_advantages(f.episodes, f.bonus, f.groups, false);
+  REQUIRE(centred.size() == 3);
+  require_close_values("A", centred[0], {1.375, 1.4375}, 1e-6);
+  require_close_values("B", centred[1], {-1.375, -1.0625}, 1e-6);
+  require_close_values("C", centred[2], {0.0}, 1e-6);
+  // GRPO divides by the std of the group's four turn rewards (unbiased).
+  const double deviations[] = {-0.0625, 1.4375, -0.3125, -1.0625};
+  double squares = 0;
+  for (double d : deviations) squares += d * d;
+  const double std = std::sqrt(squares / 3) + 1e-6;
+  const std::vector<torch::Tensor> scaled = learner::turn_credit_advantages(f.episodes, f.bonus, f.groups, true);
+  require_close_values("A scaled", scaled[0], {1.375 / std, 1.4375 / std}, 1e-5);
+  require_close_values("B scaled", scaled[1], {-1.375 / std, -1.0625 / std}, 1e-5);
+}
+
+TEST_CASE("credit per turn: every target gets its turn's advantage, in a micro-batch of any episodes",
+          "[learner][algo]") {
+  Fixture f;
+  const std::vector<torch::Tensor> advantages = learner::turn_credit_advantages(f.episodes, f.bonus, f.groups, false);
+  const learner::EpisodeBatch batch = learner::make_episode_batch(f.episodes, false);
+  const torch::Tensor tokens = learner::turn_credit_token_advantages(batch, f.episodes, advantages);
+  // Targets before and in A's first action belong to turn 0, the rest to turn 1.
+  require_close_values("all three", tokens,
+                       {1.375, 1.375, 1.375, 1.375, 1.4375, 1.4375, 1.4375, 1.4375, 1.4375, 1.4375,  // A
+                        -1.375, -1.375, -1.375, -1.0625, -1.0625,                                    // B
+                        0, 0, 0},                                                                    // C
+                       1e-6);
+  // A micro-batch of B and C alone takes their advantages as computed for the whole step.
+  const std::vector<const rollout::Trajectory*> part{f.episodes[1], f.episodes[2]};
+  const learner::EpisodeBatch part_batch = learner::make_episode_batch(part, false);
+  require_close_values("B and C",
+                       learner::turn_credit_token_advantages(part_batch, part, {advantages[1], advantages[2]}),
+                       {-1.375, -1.375, -1.375, -1.0625, -1.0625, 0, 0, 0}, 1e-6);
+  // Advantages that do not match an episode's turns are refused, not spread.
+  f.storage[1].episode_id = 17;
+  CHECK_THROWS_WITH(learner::turn_credit_token_advantages(part_batch, part, {advantages[2], advantages[1]}),
+                    Catch::Contains("episode 17 has 2 turns but 1 turn advantages"));
+}
