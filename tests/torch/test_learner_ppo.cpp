@@ -11,36 +11,15 @@
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/ppo_targets.h"
 #include "moerl/model/policy.h"
+#include "turn_fixture.h"
 
 using namespace moerl;
 using algo_test::require_close_values;
 
 namespace {
 
-// An episode from its generated flags (token values are irrelevant here).
-rollout::Trajectory episode(std::vector<std::uint8_t> generated, std::vector<float> turn_rewards) {
-  rollout::Trajectory t;
-  const size_t n = generated.size();
-  t.tokens.assign(n, 65);
-  t.generated = std::move(generated);
-  t.behaviour_logprobs.assign(n, 0.f);
-  t.versions.assign(n, 0);
-  t.turn_rewards = std::move(turn_rewards);
-  for (float r : t.turn_rewards) t.reward += r;
-  return t;
-}
-
-// Three episodes whose targets (tokens 1..n-1) are:
-//   A: 10 targets, actions at targets 2-3 and 7-8, two rewarded turns
-//   B:  5 targets, actions at targets 1-2 and 4; the second never reached the
-//       environment (one reward)
-//   C:  3 targets, one action at target 1, two rewards reported
-struct Fixture {
-  std::vector<rollout::Trajectory> storage{episode({0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0}, {0.5f, 2.f}),
-                                           episode({0, 0, 1, 1, 0, 1}, {0.25f}), episode({0, 0, 1, 0}, {1.f, 2.f})};
-  std::vector<const rollout::Trajectory*> episodes{&storage[0], &storage[1], &storage[2]};
-  std::vector<float> bonus{0.f, -0.5f, 0.f};
-};
+using turn_fixture::episode;
+using Fixture = turn_fixture::ThreeEpisodes;
 
 std::vector<double> as_doubles(const torch::Tensor& t) {
   auto d = t.detach().to(torch::kDouble).contiguous();

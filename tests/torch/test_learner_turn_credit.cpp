@@ -10,35 +10,15 @@
 #include "algo_test_support.h"
 #include "moerl/learner/episode_batch.h"
 #include "moerl/learner/turn_credit.h"
+#include "turn_fixture.h"
 
 using namespace moerl;
 using algo_test::require_close_values;
 
 namespace {
 
-rollout::Trajectory episode(std::vector<std::uint8_t> generated, std::vector<float> turn_rewards) {
-  rollout::Trajectory t;
-  const size_t n = generated.size();
-  t.tokens.assign(n, 65);
-  t.generated = std::move(generated);
-  t.behaviour_logprobs.assign(n, 0.f);
-  t.versions.assign(n, 0);
-  t.turn_rewards = std::move(turn_rewards);
-  for (float r : t.turn_rewards) t.reward += r;
-  return t;
-}
-
-// Targets (tokens 1..n-1) of the three episodes:
-//   A: 10 targets, actions at targets 2-3 and 7-8, rewards 0.5 and 2
-//   B:  5 targets, actions at targets 1-2 and 4; one reward (0.25), the
-//       overlong penalty -0.5 on its last turn
-//   C:  3 targets, one action, two rewards reported (3 in its only turn)
-// A and B are one group, C another.
-struct Fixture {
-  std::vector<rollout::Trajectory> storage{episode({0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0}, {0.5f, 2.f}),
-                                           episode({0, 0, 1, 1, 0, 1}, {0.25f}), episode({0, 0, 1, 0}, {1.f, 2.f})};
-  std::vector<const rollout::Trajectory*> episodes{&storage[0], &storage[1], &storage[2]};
-  std::vector<float> bonus{0.f, -0.5f, 0.f};
+// turn_fixture's three episodes; A and B are one group, C another.
+struct Fixture : turn_fixture::ThreeEpisodes {
   torch::Tensor groups = torch::tensor(std::vector<std::int64_t>{4, 4, 9}, torch::kInt64);
 };
 
