@@ -126,7 +126,21 @@ torch::Tensor turn_group_advantages(const torch::Tensor& turn_rewards, const tor
     later += r[k];
     sums[static_cast<size_t>(k)] = later;
   }
-  return torch::tensor(sums, torch::kDouble).to(turn_rewards.options());
+  torch::Tensor advantages = torch::tensor(sums, torch::kDouble);
+  if (options.normalize_by_std) {
+    // The sums again to unit std per group: a 12-turn episode's sums would
+    // otherwise outweigh a 2-turn one's several times over, and in a mix of
+    // families the long ones' gradient drowned the short ones' (arithmetic
+    // fell from 21% to 1% next to guess and sort; docs/algorithms.md).
+    const GroupStats g = group_stats(advantages, turn_groups.to(torch::kCPU));
+    const torch::Tensor centred = advantages - g.mean;
+    std::int64_t groups = 0;
+    const torch::Tensor dense = dense_group_ids(turn_groups.to(torch::kCPU), &groups);
+    const torch::Tensor divisor = options.unbiased_std ? (g.count - 1).clamp_min(1.0) : g.count;
+    const torch::Tensor std = (segment_sum(centred * centred, dense, groups).index_select(0, dense) / divisor).sqrt();
+    advantages = advantages / (std + options.eps);
+  }
+  return advantages.to(turn_rewards.options());
 }
 
 GroupFilter filter_zero_variance_groups(const torch::Tensor& rewards, const torch::Tensor& group_ids,

@@ -34,11 +34,11 @@ TEST_CASE("credit per turn: turn rewards are centred within the group and summed
   require_close_values("A", centred[0], {1.375, 1.4375}, 1e-6);
   require_close_values("B", centred[1], {-1.375, -1.0625}, 1e-6);
   require_close_values("C", centred[2], {0.0}, 1e-6);
-  // GRPO divides by the std of the group's four turn rewards (unbiased).
-  const double deviations[] = {-0.0625, 1.4375, -0.3125, -1.0625};
+  // GRPO also rescales each group's sums to unit std (unbiased): the sums
+  // 1.375, 1.4375, -1.375, -1.0625 have mean 0.09375.
   double squares = 0;
-  for (double d : deviations) squares += d * d;
-  const double std = std::sqrt(squares / 3) + 1e-6;
+  for (double sum : {1.375, 1.4375, -1.375, -1.0625}) squares += (sum - 0.09375) * (sum - 0.09375);
+  const double std = std::sqrt(squares / 3);
   const std::vector<torch::Tensor> scaled = learner::turn_credit_advantages(f.episodes, f.bonus, f.groups, true);
   require_close_values("A scaled", scaled[0], {1.375 / std, 1.4375 / std}, 1e-5);
   require_close_values("B scaled", scaled[1], {-1.375 / std, -1.0625 / std}, 1e-5);

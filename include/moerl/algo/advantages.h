@@ -41,7 +41,12 @@ torch::Tensor rloo_advantages(const torch::Tensor& rewards, const torch::Tensor&
 // normalised against all turn rewards of its episode's group (mean, and the
 // std unless options.normalize_by_std is false), and a turn's advantage is
 // the sum of its own and its episode's later normalised rewards:
-//   A_{i,k} = sum_{k' >= k} (r_{i,k'} - mean_g) / (std_g + eps).
+//   S_{i,k} = sum_{k' >= k} (r_{i,k'} - mean_g) / (std_g + eps),
+// and, with the std (GRPO), these sums divided once more by their own std
+// over the group's turns, A_{i,k} = S_{i,k} / (std_g(S) + eps), so that every
+// group's advantages have the same scale whatever its episodes' lengths (with
+// one turn per episode this is grpo_advantages). Without it (Dr.GRPO),
+// A_{i,k} = S_{i,k} with the mean only.
 // turn_rewards [M] in (episode, turn) order; turn_episode [M] int64, the
 // episode of each turn in 0..N-1, nondecreasing; group_ids [N]. -> [M].
 torch::Tensor turn_group_advantages(const torch::Tensor& turn_rewards, const torch::Tensor& turn_episode,
