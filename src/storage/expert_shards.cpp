@@ -227,10 +227,17 @@ void ShardedVersion::read_rows(const std::string& name, RowRange rows, void* out
   for (int rank : holders) held.push_back(shard_rows_[static_cast<std::size_t>(rank)]);
   const auto pieces = cover_rows(rows, held);
   if (!pieces) throw CheckpointError(where + ": no shard holds some of rows " + row_range_text(rows));
-  // Each shard's part is read (and its checksum checked) once, whatever it provides.
+  // Each shard's part is read (and its checksum checked) once, whatever it
+  // provides: straight into the target when all of it is wanted (a learner
+  // loading the rows its own shard saved), else through a buffer.
   std::map<std::size_t, std::vector<std::uint8_t>> parts;
   for (const RowPiece& piece : *pieces) {
     const CheckpointReader& source = shard(holders[piece.source]);
+    if (piece.source_row == 0 && piece.count == held[piece.source].count) {
+      source.read_into(name, target + row * static_cast<std::size_t>(piece.target_row),
+                       row * static_cast<std::size_t>(piece.count));
+      continue;
+    }
     auto part = parts.find(piece.source);
     if (part == parts.end()) part = parts.emplace(piece.source, source.read(name)).first;
     std::memcpy(target + row * static_cast<std::size_t>(piece.target_row),

