@@ -94,7 +94,7 @@ TEST_CASE("a rank's first news is reported at once, and only once before the int
   Mailbox mailbox(dup.comm, 20.0);
   if (mailbox.rank() == 1) {
     MetricsReporter reporter(mailbox, 3600.0);
-    reporter.maybe_send();      // the interval has not passed: nothing
+    reporter.maybe_send();       // the interval has not passed: nothing
     reporter.send_first_news();  // the first report: sent
     reporter.send_first_news();  // already reported: nothing
     reporter.send_now();         // explicit: sent

@@ -205,7 +205,7 @@ class Actor {
   std::uint64_t next_episode_ = 0;
   bool work_requested_ = false;
   bool finished_ = false;
-  std::uint64_t episodes_sent_ = 0;  // its first one is reported to learner 0 at once
+  std::uint64_t episodes_sent_ = 0;             // its first one is reported to learner 0 at once
   std::map<std::string, int> failure_streaks_;  // family -> consecutive failed sessions
   runtime::RankLoad* load_ = nullptr;
   bool standby_ = false;                             // a standby actor not (yet) promoted
