@@ -141,9 +141,9 @@ bool let_end(std::unique_ptr<comm::CommRequest>& request, double deadline) {
 // Buffers an unfinished broadcast may still write into are never freed
 // (staging, up to the model's size; only after a failover that MPI did not
 // let finish).
-template <typename T>
-void keep_forever(std::vector<T>& buffer) {
-  new std::vector<T>(std::move(buffer));
+template <typename T, typename Allocator>
+void keep_forever(std::vector<T, Allocator>& buffer) {
+  new std::vector<T, Allocator>(std::move(buffer));
 }
 
 void keep_forever(FlatWeights& buffer) { new FlatWeights(std::move(buffer)); }
@@ -281,7 +281,7 @@ void WeightPublisher::close() {
 
 namespace {
 
-FlatWeights flat_weights(size_t bytes) { return std::make_shared<std::vector<std::uint8_t>>(bytes); }
+FlatWeights flat_weights(size_t bytes) { return std::make_shared<PageAlignedBytes>(bytes); }
 
 }  // namespace
 

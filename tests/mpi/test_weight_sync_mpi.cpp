@@ -45,6 +45,11 @@ std::vector<std::uint8_t> version_bytes(std::int64_t version) {
   return p.flat();
 }
 
+// A receiver's flat weights as a plain byte vector, to compare with version_bytes.
+std::vector<std::uint8_t> bytes_of(const sync::FlatWeights& weights) {
+  return std::vector<std::uint8_t>(weights->begin(), weights->end());
+}
+
 }  // namespace
 
 TEST_CASE("every receiver gets every published version, whole and verified", "[sync]") {
@@ -197,30 +202,31 @@ TEST_CASE("swap mode: versions land beside the live weights and apply() swaps th
       ++rebinds;
     });
     REQUIRE(rebinds == 1);  // the parameters moved into the receiver at once, bytes and all
-    CHECK(*live == version_bytes(0));
+    CHECK(bytes_of(live) == version_bytes(0));
     const std::uint8_t* initial = live->data();
+    CHECK(reinterpret_cast<std::uintptr_t>(initial) % 4096 == 0);  // page-aligned, like the publisher's staging
 
     REQUIRE(receiver.wait_ready(30));
     CHECK(receiver.apply() == 1);
     CHECK(rebinds == 2);
     CHECK(live->data() != initial);
-    CHECK(*live == version_bytes(1));
+    CHECK(bytes_of(live) == version_bytes(1));
     const sync::FlatWeights held = live;  // a tensor made from version 1 that outlives the next swaps
 
     CHECK_THROWS_AS(receiver.wait_ready(30), sync::CorruptVersionError);
     CHECK(receiver.current_version() == 1);
-    CHECK(*live == version_bytes(1));  // the damaged version 2 landed in the other buffer only
+    CHECK(bytes_of(live) == version_bytes(1));  // the damaged version 2 landed in the other buffer only
 
     REQUIRE(receiver.wait_ready(30));
     CHECK(receiver.apply() == 3);
     CHECK(live->data() == initial);  // swapped back into the first buffer
-    CHECK(*live == version_bytes(3));
+    CHECK(bytes_of(live) == version_bytes(3));
     REQUIRE(receiver.wait_ready(30));
     CHECK(receiver.apply() == 4);
-    CHECK(*live == version_bytes(4));
-    CHECK(live->data() != held->data());       // version 4 went to a fresh buffer ...
-    CHECK(*held == version_bytes(1));          // ... and the held one kept its bytes
-    CHECK(params.flat() == version_bytes(0));  // the original memory is no longer written
+    CHECK(bytes_of(live) == version_bytes(4));
+    CHECK(live->data() != held->data());        // version 4 went to a fresh buffer ...
+    CHECK(bytes_of(held) == version_bytes(1));  // ... and the held one kept its bytes
+    CHECK(params.flat() == version_bytes(0));   // the original memory is no longer written
     while (!receiver.closed()) receiver.poll();
   }
 }

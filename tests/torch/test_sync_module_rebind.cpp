@@ -37,7 +37,7 @@ model::Policy tiny_policy(std::uint64_t seed) {
 sync::FlatWeights flatten(model::PolicyImpl& policy) {
   size_t total = 0;
   for (const auto& v : sync::module_weight_views(policy)) total += v.bytes;
-  auto flat = std::make_shared<std::vector<std::uint8_t>>(total);
+  auto flat = std::make_shared<PageAlignedBytes>(total);
   size_t at = 0;
   for (const auto& v : sync::module_weight_views(policy)) {
     std::memcpy(flat->data() + at, v.data, v.bytes);
@@ -79,6 +79,6 @@ TEST_CASE("a model re-pointed into flat weights computes with exactly those byte
   for (const auto& p : policy->parameters()) CHECK(p.requires_grad());
 
   // The flat layout must match the module's.
-  auto short_buffer = std::make_shared<std::vector<std::uint8_t>>(second->size() - 4);
+  auto short_buffer = std::make_shared<PageAlignedBytes>(second->size() - 4);
   CHECK_THROWS_WITH(rebind(short_buffer), Catch::Contains("smaller than the module's parameters"));
 }

@@ -59,6 +59,7 @@
 
 #include "moerl/comm/communicator.h"
 #include "moerl/config/sections.h"
+#include "moerl/core/page_aligned_bytes.h"
 
 namespace moerl::sync {
 
@@ -79,9 +80,11 @@ struct SyncOptions {
   int corrupt_bucket_for_test = -1;  // flips a byte of this bucket, after checksumming, in the next publication
 };
 
-// A version's bytes, the views laid end to end in order. Shared, because
-// parameters re-pointed into one (swap mode) keep it alive while they use it.
-using FlatWeights = std::shared_ptr<std::vector<std::uint8_t>>;
+// A version's bytes, the views laid end to end in order, from a page
+// boundary (core/page_aligned_bytes.h: the publisher's staging and every
+// receiver's buffer are then aligned alike). Shared, because parameters
+// re-pointed into one (swap mode) keep it alive while they use it.
+using FlatWeights = std::shared_ptr<PageAlignedBytes>;
 // Re-points the parameters into `weights`, each at its view's flat offset.
 using Rebind = std::function<void(const FlatWeights& weights)>;
 
@@ -153,7 +156,7 @@ class WeightPublisher {
   SyncOptions options_;
   std::uint64_t fingerprint_;
   size_t total_bytes_ = 0;
-  std::vector<std::uint8_t> staging_;
+  PageAlignedBytes staging_;  // aligned like the receivers' buffers
   std::vector<std::uint32_t> checksums_;
   std::vector<std::uint8_t> header_bytes_;
   std::deque<std::unique_ptr<comm::CommRequest>> requests_;
