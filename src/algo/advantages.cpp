@@ -29,19 +29,27 @@ struct GroupStats {
   torch::Tensor count;  // [N] group size of each episode's group
   torch::Tensor mean;   // [N]
   torch::Tensor sum;    // [N]
+  std::int64_t groups = 0;
 };
 
 GroupStats group_stats(const torch::Tensor& rewards, const torch::Tensor& group_ids) {
   GroupStats s;
-  std::int64_t groups = 0;
-  s.dense = dense_group_ids(group_ids, &groups);
+  s.dense = dense_group_ids(group_ids, &s.groups);
   auto r = rewards.detach();
-  auto sums = segment_sum(r, s.dense, groups);
-  auto counts = segment_sum(torch::ones_like(r), s.dense, groups);
+  auto sums = segment_sum(r, s.dense, s.groups);
+  auto counts = segment_sum(torch::ones_like(r), s.dense, s.groups);
   s.sum = sums.index_select(0, s.dense);
   s.count = counts.index_select(0, s.dense);
   s.mean = s.sum / s.count;
   return s;
+}
+
+// Each element's group standard deviation, from the values less their group
+// mean. Groups of one: unbiased divisor 0 -> use 1 (the numerator is 0 anyway).
+torch::Tensor group_std(const torch::Tensor& centred, const GroupStats& s, bool unbiased) {
+  auto sq = segment_sum(centred * centred, s.dense, s.groups).index_select(0, s.dense);
+  auto divisor = unbiased ? (s.count - 1).clamp_min(1.0) : s.count;
+  return (sq / divisor).sqrt();
 }
 
 }  // namespace
@@ -72,13 +80,7 @@ torch::Tensor grpo_advantages(const torch::Tensor& rewards, const torch::Tensor&
   auto s = group_stats(rewards, group_ids);
   auto centred = rewards.detach() - s.mean;
   if (!options.normalize_by_std) return centred;
-  std::int64_t groups = 0;
-  auto dense = dense_group_ids(group_ids, &groups);
-  auto sq = segment_sum(centred * centred, dense, groups).index_select(0, dense);
-  // Groups of one: unbiased divisor 0 -> use 1 (the numerator is 0 anyway).
-  auto divisor = options.unbiased_std ? (s.count - 1).clamp_min(1.0) : s.count;
-  auto std = (sq / divisor).sqrt();
-  return centred / (std + options.eps);
+  return centred / (group_std(centred, s, options.unbiased_std) + options.eps);
 }
 
 torch::Tensor dr_grpo_advantages(const torch::Tensor& rewards, const torch::Tensor& group_ids) {
@@ -133,12 +135,7 @@ torch::Tensor turn_group_advantages(const torch::Tensor& turn_rewards, const tor
     // families the long ones' gradient drowned the short ones' (arithmetic
     // fell from 21% to 1% next to guess and sort; docs/algorithms.md).
     const GroupStats g = group_stats(advantages, turn_groups.to(torch::kCPU));
-    const torch::Tensor centred = advantages - g.mean;
-    std::int64_t groups = 0;
-    const torch::Tensor dense = dense_group_ids(turn_groups.to(torch::kCPU), &groups);
-    const torch::Tensor divisor = options.unbiased_std ? (g.count - 1).clamp_min(1.0) : g.count;
-    const torch::Tensor std = (segment_sum(centred * centred, dense, groups).index_select(0, dense) / divisor).sqrt();
-    advantages = advantages / (std + options.eps);
+    advantages = advantages / (group_std(advantages - g.mean, g, options.unbiased_std) + options.eps);
   }
   return advantages.to(turn_rewards.options());
 }
