@@ -114,9 +114,11 @@ train_on_gpu() {
   grep -E "uses (MPI|NCCL)" "$LOG/job_$name.txt" | sort -u | head -n 4
 }
 export NCCL_SOCKET_IFNAME=lo
-# On 4 Dec 2026 the first two passed, except that the bf16 run with NCCL groups
-# stopped after 60 s with its actor silent (no work request): the split below
-# tells bf16 apart from NCCL.
+# On 4 Dec 2026 the bf16 run with NCCL groups stopped after 60 s with its actor
+# silent: the actor's weight-sync header, then posted over NCCL, was a kernel
+# spinning on the GPU, and its first decode kernel, loaded lazily, waited for
+# it. Headers now go over MPI (Communicator::control); the runs below, fp32
+# and bf16 apart, are the check that this was all.
 train_on_gpu gpu_mpi_fp32 "train cuda fp32, MPI groups" float32
 train_on_gpu gpu_mpi_bf16 "train cuda bf16, MPI groups" bfloat16
 train_on_gpu gpu_nccl_fp32 "train cuda fp32, NCCL groups" float32 "${PER_RANK_HOST[@]}"

@@ -129,6 +129,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm mpi_comm, int device, std::string na
   MOERL_CUDA_CHECK(cudaEventCreateWithFlags(&producer_done_, cudaEventDisableTiming));
   MOERL_NCCL_CHECK(ncclCommInitRank(&shared_->comm, size_, id, rank_));
   MOERL_CUDA_CHECK(cudaMalloc(&barrier_scratch_, sizeof(int)));
+  control_ = std::make_unique<MpiCommunicator>(mpi_comm, name_ + " (control messages over MPI)");
 }
 
 NcclCommunicator::~NcclCommunicator() {

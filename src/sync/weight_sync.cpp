@@ -225,7 +225,8 @@ void WeightPublisher::publish(std::int64_t version) {
   header.bucket_bytes = options_.bucket_bytes;
   header.buckets = buckets;
   header_bytes_ = encode_header(header);
-  requests_.push_back(comm_.broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root));
+  requests_.push_back(
+      comm_.control().broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root));
   // A staged bucket leaves as soon as it is staged (staging the next one
   // overlaps its transfer); a bucket sent in place leaves at once and is
   // checksummed while it travels. The checksums follow the last bucket.
@@ -273,7 +274,8 @@ void WeightPublisher::close() {
   HeaderFields header;
   header.closing = 1;
   header_bytes_ = encode_header(header);
-  comm_.broadcast(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root, options_.timeout_s);
+  comm_.control().broadcast(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root,
+                            options_.timeout_s);
   closed_ = true;
 }
 
@@ -325,7 +327,10 @@ void WeightReceiver::abandon(double timeout_s) {
 
 void WeightReceiver::post_header() {
   header_bytes_.assign(kHeaderBytes, 0);
-  header_request_ = comm_.broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root);
+  // Over control(): it stays posted until the next publication, which over
+  // NCCL would be a kernel spinning on this rank's GPU meanwhile.
+  header_request_ =
+      comm_.control().broadcast_async(header_bytes_.data(), kHeaderBytes, comm::DataType::Byte, options_.root);
 }
 
 void WeightReceiver::refuse(std::string reason, bool corrupt) {

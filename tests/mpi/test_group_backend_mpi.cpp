@@ -110,6 +110,7 @@ TEST_CASE("NCCL communicator: host and device buffers, and a weight-sync publica
       fill(v);
       publisher.publish(v);
       publisher.finish();
+      REQUIRE(cudaStreamQuery(comm.stream()) == cudaSuccess);
     }
     std::printf("nccl: last publication %.1f MB at %.2f GB/s\n", publisher.last().bytes / 1e6,
                 publisher.last().gigabytes_per_s());
@@ -122,6 +123,10 @@ TEST_CASE("NCCL communicator: host and device buffers, and a weight-sync publica
       std::vector<float> expected(weights.size());
       for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<float>(v * 1000003 + i % 4093);
       REQUIRE(weights == expected);
+      // Nothing left on the GPU while the next header waits (it waits on
+      // control(), over MPI): a spinning broadcast kernel here would hold any
+      // kernel that CUDA must load first, as it held the first GPU run's actor.
+      REQUIRE(cudaStreamQuery(comm.stream()) == cudaSuccess);
     }
     while (!receiver.closed()) receiver.poll();
   }

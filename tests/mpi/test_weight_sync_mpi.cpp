@@ -50,6 +50,73 @@ std::vector<std::uint8_t> bytes_of(const sync::FlatWeights& weights) {
   return std::vector<std::uint8_t>(weights->begin(), weights->end());
 }
 
+// A group whose control messages travel apart from its bulk collectives, as
+// NCCL's do (Communicator::control), counting the bulk requests still
+// unfinished: on a GPU each of them would be a kernel spinning on the device.
+class SplitChannels : public comm::Communicator {
+ public:
+  explicit SplitChannels(MPI_Comm members) : bulk_(members, "bulk channel"), control_(members, "control channel") {}
+
+  int rank() const override { return bulk_.rank(); }
+  int size() const override { return bulk_.size(); }
+  std::string backend() const override { return "split"; }
+  const std::string& name() const override { return bulk_.name(); }
+  int world_rank_of(int member) const override { return bulk_.world_rank_of(member); }
+  std::unique_ptr<comm::CommRequest> broadcast_async(void* data, size_t count, comm::DataType type, int root) override {
+    return counted(bulk_.broadcast_async(data, count, type, root));
+  }
+  std::unique_ptr<comm::CommRequest> allreduce_sum_async(void* data, size_t count, comm::DataType type) override {
+    return counted(bulk_.allreduce_sum_async(data, count, type));
+  }
+  std::unique_ptr<comm::CommRequest> alltoallv_async(const void* send, const std::vector<size_t>& send_counts,
+                                                     const std::vector<size_t>& send_displs, void* receive,
+                                                     const std::vector<size_t>& receive_counts,
+                                                     const std::vector<size_t>& receive_displs,
+                                                     comm::DataType type) override {
+    return counted(
+        bulk_.alltoallv_async(send, send_counts, send_displs, receive, receive_counts, receive_displs, type));
+  }
+  std::unique_ptr<comm::CommRequest> barrier_async() override { return counted(bulk_.barrier_async()); }
+  void interrupt() override { bulk_.interrupt(); }
+  std::unique_ptr<comm::Communicator> survivors() override { return bulk_.survivors(); }
+  comm::Communicator& control() override { return control_; }
+
+  // Bulk collectives posted and not yet found complete.
+  int bulk_in_flight() const { return *in_flight_; }
+
+ private:
+  class Counted : public comm::CommRequest {
+   public:
+    Counted(std::unique_ptr<comm::CommRequest> inner, std::shared_ptr<int> in_flight)
+        : inner_(std::move(inner)), in_flight_(std::move(in_flight)) {
+      ++*in_flight_;
+    }
+    ~Counted() override {
+      if (!done_) --*in_flight_;
+    }
+    bool test() override {
+      if (!done_ && inner_->test()) {
+        done_ = true;
+        --*in_flight_;
+      }
+      return done_;
+    }
+    std::string describe() const override { return inner_->describe(); }
+
+   private:
+    std::unique_ptr<comm::CommRequest> inner_;
+    std::shared_ptr<int> in_flight_;
+    bool done_ = false;
+  };
+  std::unique_ptr<comm::CommRequest> counted(std::unique_ptr<comm::CommRequest> inner) {
+    return std::make_unique<Counted>(std::move(inner), in_flight_);
+  }
+
+  comm::MpiCommunicator bulk_;
+  comm::MpiCommunicator control_;
+  std::shared_ptr<int> in_flight_ = std::make_shared<int>(0);
+};
+
 }  // namespace
 
 TEST_CASE("every receiver gets every published version, whole and verified", "[sync]") {
@@ -314,4 +381,42 @@ TEST_CASE("a group names each member's world rank", "[sync]") {
   for (int member = 0; member < group.size(); ++member) CHECK(group.world_rank_of(member) == member + 1);
   CHECK(group.world_rank_of(group.rank()) == world_rank);
   CHECK_THROWS(group.world_rank_of(group.size()));
+}
+
+TEST_CASE("between publications nothing stays posted on the bulk channel", "[sync]") {
+  // Over NCCL a collective left posted is a kernel spinning on the GPU, and
+  // an actor whose next decode kernel must first be loaded waits for it, so
+  // for the next publication, which waits for the actor's episodes: the
+  // header that waits for the next publication goes over control().
+  SplitChannels group(MPI_COMM_WORLD);
+  sync::SyncOptions options;
+  options.bucket_bytes = 40000;
+  options.timeout_s = 30;
+  FakeParams params;
+  const std::int64_t versions = 3;
+  if (group.rank() == 0) {
+    sync::WeightPublisher publisher(group, params.views(), options);
+    for (std::int64_t v = 1; v <= versions; ++v) {
+      params.fill(v);
+      publisher.publish(v);
+      CHECK(group.bulk_in_flight() > 0);  // the buckets do travel on the bulk channel
+      publisher.finish();
+      CHECK(group.bulk_in_flight() == 0);
+      MPI_Barrier(MPI_COMM_WORLD);  // every receiver has applied v and looked at its channel
+    }
+    publisher.close();
+  } else {
+    sync::WeightReceiver receiver(group, params.views(), options);
+    for (std::int64_t v = 1; v <= versions; ++v) {
+      CHECK(group.bulk_in_flight() == 0);  // waiting for the header: nothing on the bulk channel
+      REQUIRE(receiver.wait_ready(30));
+      CHECK(receiver.apply() == v);
+      FakeParams expected;
+      expected.fill(v);
+      CHECK(params.equals(expected));
+      CHECK(group.bulk_in_flight() == 0);  // the next header is posted, on the control channel
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+    while (!receiver.closed()) receiver.poll();
+  }
 }

@@ -78,6 +78,15 @@ class Communicator {
                                                        const std::vector<size_t>& receive_displs, DataType type) = 0;
   virtual std::unique_ptr<CommRequest> barrier_async() = 0;
 
+  // The same members, for small host messages that may stay posted for a
+  // long time (the weight sync keeps a header broadcast posted until the
+  // next publication). MPI: this communicator. NCCL: an MPI twin of the
+  // group, because a posted NCCL collective is a kernel that spins on the
+  // GPU until its peers join, and anything on that GPU that must wait for
+  // the whole device meanwhile (CUDA's lazy loading of a kernel used for the
+  // first time, a cudaFree) waits for a peer that may be waiting for us.
+  virtual Communicator& control() { return *this; }
+
   // Fault tolerance: interrupt() makes every member's pending and later
   // operations fail with PeerFailure (how one member tells the others that
   // the group lost someone); survivors() is collective over the living

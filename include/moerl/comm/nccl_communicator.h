@@ -8,9 +8,17 @@
 // protocol stages and checksums on the host) are copied into a device buffer
 // of the request's own (stream-ordered cudaMallocAsync, never cudaMalloc,
 // which can wait for the whole device), and copied back out when the request
-// is found complete. The copy-out happens in test(), not on the stream: an
-// actor keeps a header broadcast posted until the next publication, and a
-// device-to-pageable copy queued behind it would block the launching thread.
+// is found complete. The copy-out happens in test(), not on the stream: a
+// device-to-pageable copy queued behind a collective whose peers have not
+// joined yet would block the launching thread.
+//
+// Nothing stays posted here between exchanges: a pending NCCL collective is
+// a kernel spinning on the GPU, and a rank whose next kernel must first be
+// loaded (CUDA loads modules lazily, and loading may wait for the whole
+// device) would wait for that kernel, i.e. for its peers. Messages that wait
+// for the next event (the weight sync's header) go over control(), an MPI
+// twin of the group. (The first GPU run stalled exactly so: the actor's
+// header broadcast, posted over NCCL, held its first decode step.)
 //
 // Ordering: the stream is non-blocking, so a collective posted here never
 // holds up LibTorch's work on the default stream (a pending header broadcast
@@ -64,6 +72,8 @@ class NcclCommunicator : public Communicator {
                                                const std::vector<size_t>& receive_displs, DataType type) override;
   // An all-reduce of one int on the device.
   std::unique_ptr<CommRequest> barrier_async() override;
+  // An MPI communicator over the same members (see Communicator::control).
+  Communicator& control() override { return *control_; }
   // Failover over NCCL needs ncclCommShrink (NCCL 2.27+) behind the same
   // protocol; until that is built a lost member ends the job for a restart.
   void interrupt() override;
@@ -93,6 +103,7 @@ class NcclCommunicator : public Communicator {
   std::string name_;
   std::vector<int> world_ranks_;
   int* barrier_scratch_ = nullptr;  // one device int for barrier_async
+  std::unique_ptr<MpiCommunicator> control_;
 };
 
 }  // namespace moerl::comm

@@ -22,7 +22,9 @@
 // publication completes) a bucket that lies inside one parameter is sent
 // straight from the parameter's memory: no copy at all.
 //
-// A receiver keeps a header broadcast posted at all times, lands the buckets
+// A receiver keeps a header broadcast posted at all times (on the group's
+// control() channel: MPI even when the buckets go over NCCL, where a posted
+// collective would be a kernel spinning on the actor's GPU), lands the buckets
 // in its own staging buffer while it keeps generating (poll() between decode
 // steps drives the transfer and checksums each bucket as it lands), and only
 // when every bucket has passed marks the version ready: apply() makes it the
