@@ -153,6 +153,18 @@ std::string array_table(const std::vector<ArrayInfo>& arrays) {
   return text;
 }
 
+// The "_array_offsets" attribute: one line per array, in the table's order,
+// the file position of its bytes or "-" (HDF5 must read them). A reader with
+// it preads each array without opening its HDF5 dataset (H5Dopen, its type
+// and its space). Not part of the header checksum: a wrong offset reads other
+// bytes, which fail the array's own checksum, and the array is then read
+// through HDF5.
+std::string array_offsets(const std::vector<ArrayInfo>& arrays) {
+  std::string text;
+  for (const auto& a : arrays) text += (a.file_offset ? std::to_string(*a.file_offset) : std::string("-")) + '\n';
+  return text;
+}
+
 std::optional<std::int64_t> parse_count(const std::string& text) {
   if (text.empty() || text.size() > 18 ||
       !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
@@ -318,8 +330,8 @@ void CheckpointWriter::add_array(const std::string& name, DType dtype, const Sha
                           std::to_string(bytes));
   }
   if (bytes > 0 && data == nullptr) throw CheckpointError(in_file(final_path_) + ": array '" + name + "': null data");
-  ArrayInfo info{name, dtype, shape, crc32c(data, bytes), bytes};
-  file_->write_dataset(name, file_type(dtype), memory_type(dtype), dims, shape.empty(), data);
+  ArrayInfo info{name, dtype, shape, crc32c(data, bytes), bytes, std::nullopt};
+  info.file_offset = file_->write_dataset(name, file_type(dtype), memory_type(dtype), dims, shape.empty(), data);
   file_->set_attribute(name, kDtypeAttribute, std::string(dtype_name(dtype)));
   file_->set_attribute(name, kChecksumAttribute, static_cast<std::int64_t>(info.checksum));
   arrays_.push_back(std::move(info));
@@ -348,6 +360,7 @@ std::uint64_t CheckpointWriter::commit() {
   file.set_attribute("/", "_num_shards", static_cast<std::int64_t>(identity_.num_shards));
   file.set_attribute("/", "_arrays", join_lines(arrays_));
   file.set_attribute("/", "_array_table", array_table(arrays_));
+  file.set_attribute("/", "_array_offsets", array_offsets(arrays_));
   const std::string digest = header_digest_input(identity_, arrays_, attributes_);
   file.set_attribute("/", "_header_crc32c", static_cast<std::int64_t>(crc32c(digest.data(), digest.size())));
   file.flush();
@@ -433,6 +446,7 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path), file_
     }
     if (file_.has_attribute("/", "_array_table")) {
       read_array_table(listed);
+      if (descriptor_ && file_.has_attribute("/", "_array_offsets")) read_array_offsets();
     } else {
       for (const std::string& name : listed) arrays_.push_back(read_array_attributes(name));
     }
@@ -471,6 +485,24 @@ void CheckpointReader::read_array_table(const std::vector<std::string>& listed) 
     arrays_.push_back(std::move(*info));
   }
   // Each dataset's stored type and shape are checked against this table when it is read.
+}
+
+void CheckpointReader::read_array_offsets() {
+  const std::string text = file_.string_attribute("/", "_array_offsets");
+  const std::vector<std::string> lines = split_lines(text);
+  if (lines.size() != arrays_.size()) {
+    throw CheckpointError(in_file(path_) + ": the header's array offsets have " + std::to_string(lines.size()) +
+                          " entries for " + std::to_string(arrays_.size()) + " arrays");
+  }
+  for (std::size_t i = 0; i < arrays_.size(); ++i) {
+    if (lines[i] == "-") continue;
+    const auto offset = parse_count(lines[i]);
+    if (!offset) {
+      throw CheckpointError(in_file(path_) + ": entry " + std::to_string(i + 1) + " of the header's array offsets ('" +
+                            lines[i] + "', array '" + arrays_[i].name + "') is not a file position");
+    }
+    arrays_[i].file_offset = static_cast<std::uint64_t>(*offset);
+  }
 }
 
 // A file written before the array table: dtype and checksum from each
@@ -555,23 +587,43 @@ void CheckpointReader::read_into(const std::string& name, void* out, std::size_t
     throw CheckpointError(where + ": holds " + std::to_string(a.bytes) + " bytes (" + dtype_name(a.dtype) + " " +
                           shape_text(a.shape) + "), the destination has " + std::to_string(bytes));
   }
+  // The offsets are a shortcut: bytes that fail there (or a position past
+  // the end) are read again where HDF5 says the dataset is, which also names
+  // a dataset whose type or shape was changed.
+  if (a.file_offset && descriptor_ && read_at_offset_matches(a, out, where)) return;
+  const std::uint32_t computed = read_through_hdf5(a, out, where);
+  if (computed != a.checksum) {
+    throw CheckpointError(where + ": checksum mismatch (stored " + checksum_hex(a.checksum) + ", computed " +
+                          checksum_hex(computed) + "): the data is corrupt");
+  }
+}
+
+bool CheckpointReader::read_at_offset_matches(const ArrayInfo& a, void* out, const std::string& where) const {
+  try {
+    return read_raw_with_crc32c(*descriptor_, *a.file_offset, out, a.bytes, where) == a.checksum;
+  } catch (const CheckpointError&) {
+    return false;
+  }
+}
+
+// The array's bytes by its dataset: preads past HDF5 at the offset HDF5
+// gives where the bytes are stored as in memory, else H5Dread.
+std::uint32_t CheckpointReader::read_through_hdf5(const ArrayInfo& a, void* out, const std::string& where) const {
+  const std::size_t bytes = a.bytes;
   std::uint32_t computed = 0;
   try {
-    const h5::DatasetExtent extent = file_.dataset_extent(name, memory_type(a.dtype));
+    const h5::DatasetExtent extent = file_.dataset_extent(a.name, memory_type(a.dtype));
     check_layout(a, extent.layout, true);
     if (extent.raw_offset && descriptor_) {
       computed = read_raw_with_crc32c(*descriptor_, *extent.raw_offset, out, bytes, where);
     } else {
-      file_.read_dataset(name, memory_type(a.dtype), out, bytes);
+      file_.read_dataset(a.name, memory_type(a.dtype), out, bytes);
       computed = crc32c(out, bytes);
     }
   } catch (const BackendError& error) {
     throw CheckpointError(where + ": cannot be read: " + error.what());
   }
-  if (computed != a.checksum) {
-    throw CheckpointError(where + ": checksum mismatch (stored " + checksum_hex(a.checksum) + ", computed " +
-                          checksum_hex(computed) + "): the data is corrupt");
-  }
+  return computed;
 }
 
 // The bytes at [offset, offset + bytes) of the file, read past HDF5 (through

@@ -176,8 +176,8 @@ void File::delete_link(const std::string& object) {
   MOERL_H5_CALL(H5Ldelete(id(), absolute(object).c_str(), H5P_DEFAULT), object);
 }
 
-void File::write_dataset(const std::string& name, hid_t file_type, hid_t memory_type, const std::vector<hsize_t>& dims,
-                         bool scalar, const void* data) {
+std::optional<std::uint64_t> File::write_dataset(const std::string& name, hid_t file_type, hid_t memory_type,
+                                                 const std::vector<hsize_t>& dims, bool scalar, const void* data) {
   const std::size_t slash = name.rfind('/');
   if (slash != std::string::npos) create_groups(name.substr(0, slash));
   Handle space(scalar ? MOERL_H5_CALL(H5Screate(H5S_SCALAR), name)
@@ -190,7 +190,15 @@ void File::write_dataset(const std::string& name, hid_t file_type, hid_t memory_
   bool empty = false;
   for (hsize_t d : dims) empty = empty || d == 0;
   if (!empty) MOERL_H5_CALL(H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name);
+  std::optional<std::uint64_t> raw_offset;
+  const haddr_t offset = empty ? HADDR_UNDEF : H5Dget_offset(dataset.get());
+  if (offset == HADDR_UNDEF) {
+    H5Eclear2(H5E_DEFAULT);
+  } else if (MOERL_H5_CALL(H5Tequal(file_type, memory_type), name) > 0) {
+    raw_offset = static_cast<std::uint64_t>(offset);
+  }
   if (!dataset.reset()) fail(name, "H5Dclose", __LINE__);
+  return raw_offset;
 }
 
 DatasetLayout File::dataset_layout(const std::string& name) const {

@@ -295,6 +295,50 @@ TEST_CASE("a file without the array table (written before it existed) reads the 
   CHECK(reader.verify_all() == 24 + 24 + 8 + 5 + 8);
 }
 
+TEST_CASE("the header's array offsets: read there, a wrong one read through HDF5, a malformed one refused",
+          "[storage]") {
+  TempDir dir;
+  const std::string path = dir.file("v000003.rank0.h5");
+  write_sample(path);
+  const std::vector<float> w{1.5f, -2, 3, 4, 5, 6.25f};
+  const std::uint64_t w_offset = data_offset(path, "/model/w");
+  const std::uint64_t m_offset = data_offset(path, "/optimizer/adam_m/w");
+  {
+    const CheckpointReader reader(path);
+    CHECK(reader.info("model/w").file_offset == w_offset);
+    CHECK(reader.info("optimizer/adam_m/w").file_offset == m_offset);
+    CHECK_FALSE(reader.info("model/empty").file_offset.has_value());  // no bytes, no place
+  }
+  auto set_offsets = [&](const std::string& text) {
+    moerl::storage::h5::File file = moerl::storage::h5::File::open(path, true);
+    file.set_attribute("/", "_array_offsets", text);
+  };
+  // Positions that hold other bytes, and one past the end of the file.
+  set_offsets("0\n0\n99999999999\n0\n0\n-\n");
+  {
+    const CheckpointReader reader(path);
+    CHECK(as<float>(reader.read("model/w")) == w);
+    CHECK(reader.verify_all() == 24 + 24 + 8 + 5 + 8);
+  }
+  set_offsets("0\nx\n0\n0\n0\n-\n");
+  CHECK_THROWS_WITH(CheckpointReader(path), Catch::Contains(path) &&
+                                                Catch::Contains("entry 2 of the header's array offsets ('x'") &&
+                                                Catch::Contains("optimizer/adam_m/w"));
+  set_offsets("0\n0\n0\n0\n0\n");
+  CHECK_THROWS_WITH(CheckpointReader(path), Catch::Contains("array offsets have 5 entries for 6 arrays"));
+  {
+    // A file written before the offsets existed.
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(file >= 0);
+    REQUIRE(H5Adelete(file, "_array_offsets") >= 0);
+    H5Fclose(file);
+  }
+  const CheckpointReader reader(path);
+  CHECK_FALSE(reader.info("model/w").file_offset.has_value());
+  CHECK(as<float>(reader.read("model/w")) == w);
+  CHECK(reader.verify_all() == 24 + 24 + 8 + 5 + 8);
+}
+
 TEST_CASE("a dataset replaced by one of another shape is refused when read, naming it", "[storage]") {
   TempDir dir;
   const std::string path = dir.file("v000003.rank0.h5");

@@ -61,6 +61,9 @@ struct ArrayInfo {
   Shape shape;
   std::uint32_t checksum = 0;  // CRC-32C of the bytes
   std::uint64_t bytes = 0;
+  // Where the bytes start in the file, stored exactly as in memory (from the
+  // "_array_offsets" header attribute); empty where HDF5 must read them.
+  std::optional<std::uint64_t> file_offset;
 };
 
 using AttributeValue = std::variant<std::string, std::int64_t, double>;
@@ -197,8 +200,11 @@ class CheckpointReader {
 
  private:
   void read_array_table(const std::vector<std::string>& listed);
+  void read_array_offsets();
   ArrayInfo read_array_attributes(const std::string& name) const;
   void check_layout(const ArrayInfo& info, const h5::DatasetLayout& layout, bool shape_too) const;
+  bool read_at_offset_matches(const ArrayInfo& a, void* out, const std::string& where) const;
+  std::uint32_t read_through_hdf5(const ArrayInfo& a, void* out, const std::string& where) const;
   std::uint32_t read_raw_with_crc32c(int fd, std::uint64_t offset, void* out, std::size_t bytes,
                                      const std::string& where) const;
 

@@ -86,9 +86,12 @@ class File {
   void create_groups(const std::string& group);  // with the intermediate groups
   void delete_link(const std::string& object);
 
-  // Writes a whole contiguous dataset; its parent groups are created as needed.
-  void write_dataset(const std::string& name, hid_t file_type, hid_t memory_type, const std::vector<hsize_t>& dims,
-                     bool scalar, const void* data);
+  // Writes a whole contiguous dataset; its parent groups are created as
+  // needed. Returns where its bytes start in the file when they are stored
+  // exactly as `data` holds them (file type = memory type, space allocated):
+  // what a reader may pread (see posix_descriptor).
+  std::optional<std::uint64_t> write_dataset(const std::string& name, hid_t file_type, hid_t memory_type,
+                                             const std::vector<hsize_t>& dims, bool scalar, const void* data);
   DatasetLayout dataset_layout(const std::string& name) const;
   // The layout of `name` and, for a reader of `memory_type`, where its raw bytes are (see DatasetExtent).
   DatasetExtent dataset_extent(const std::string& name, hid_t memory_type) const;
