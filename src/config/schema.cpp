@@ -558,6 +558,11 @@ SectionSpec pretrain_section() {
   b.field("expert_error_rate", &PretrainSection::expert_error_rate,
           "Error rate of the scripted experts (an imperfect base leaves room for RL).")
       .between(0, 1);
+  b.field("easier_levels", &PretrainSection::easier_levels,
+          "Each demonstration is played at its family's difficulty or up to this many levels below it "
+          "(uniformly, never below 1), so that the base also knows the easier levels an [env] curriculum "
+          "may start from.")
+      .at_least(0);
   b.field("steps", &PretrainSection::steps, "Optimizer steps.").at_least(1);
   b.field("batch_episodes", &PretrainSection::batch_episodes, "Episodes per step.").at_least(1);
   b.field("lr", &PretrainSection::lr, "Peak learning rate.").greater_than(0);

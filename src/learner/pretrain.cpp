@@ -24,10 +24,21 @@ namespace {
 // Demonstration seeds: a range that neither RL training nor evaluation uses.
 constexpr std::uint64_t kDemoSeedBase = 1ull << 41;
 
+}  // namespace
+
+int demonstration_difficulty(int difficulty, std::int64_t easier_levels, std::uint64_t index) {
+  const std::int64_t lowest = std::max<std::int64_t>(1, difficulty - easier_levels);
+  const std::uint64_t levels = static_cast<std::uint64_t>(difficulty - lowest + 1);
+  return static_cast<int>(lowest + static_cast<std::int64_t>(mix64(index + 29) % levels));
+}
+
+namespace {
+
 text::RenderedChat demonstration(const PretrainSettings& settings, std::uint64_t index) {
   const std::string family = env::pick_family(settings.env, settings.env_families, mix64(index + 17));
   MOERL_CHECK(family != "external", "pretraining needs built-in families (the external family has no local expert)");
-  const env::TaskSpec task = env::make_task(settings.env, settings.env_families, family, kDemoSeedBase + index);
+  env::TaskSpec task = env::make_task(settings.env, settings.env_families, family, kDemoSeedBase + index);
+  task.difficulty = demonstration_difficulty(task.difficulty, settings.pretrain.easier_levels, index);
   auto session = env::make_builtin_environment(family);
   std::vector<text::ChatMessage> messages;
   messages.push_back({text::Role::RoleUser, session->open(task)});

@@ -283,6 +283,10 @@ struct CheckpointSection {
 struct PretrainSection {
   std::int64_t episodes = 2000;
   double expert_error_rate = 0.25;
+  // Each demonstration is played at its family's difficulty or up to this
+  // many levels below it (uniformly): a base that also knows the easier
+  // levels gives an [env] curriculum somewhere to start.
+  std::int64_t easier_levels = 0;
   std::int64_t steps = 300;
   std::int64_t batch_episodes = 16;
   double lr = 1e-3;

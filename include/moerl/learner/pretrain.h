@@ -29,6 +29,10 @@ struct PretrainSettings {
 
 PretrainSettings pretrain_settings(const config::Config& config);
 
+// The difficulty demonstration `index` is played at: `difficulty` or up to
+// `easier_levels` below it, never below 1, uniformly over the demonstrations.
+int demonstration_difficulty(int difficulty, std::int64_t easier_levels, std::uint64_t index);
+
 struct PretrainReport {
   int episodes = 0;
   std::int64_t tokens = 0;
