@@ -617,7 +617,8 @@ SectionSpec env_section() {
           "Training difficulty per family follows its recent success: raised above curriculum_raise_at, "
           "lowered below curriculum_lower_at (evaluation keeps the configured difficulty).");
   b.field("curriculum_window", &EnvSection::curriculum_window,
-          "Training episodes played at a family's current level that decide its next move.")
+          "Training episodes that decide a family's next move: those of the first groups started at its "
+          "current level, once all of them are back.")
       .at_least(1);
   b.field("curriculum_raise_at", &EnvSection::curriculum_raise_at,
           "Success over the window at or above which a family's difficulty goes up by one.")

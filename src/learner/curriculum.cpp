@@ -56,6 +56,18 @@ Curriculum::Curriculum(const config::EnvSection& env_section, const config::EnvF
   }
 }
 
+int Curriculum::start_group(const std::string& family, std::uint64_t group_id, int episodes) {
+  const auto found = families_.find(family);
+  if (found == families_.end()) return 1;
+  FamilyState& state = found->second;
+  LevelSample& sample = state.sample;
+  if (curriculum_ && !sample.closed && sample.episodes < window_ && episodes > 0) {
+    sample.groups[group_id].expected = episodes;
+    sample.episodes += static_cast<size_t>(episodes);
+  }
+  return state.difficulty;
+}
+
 void Curriculum::record(const EpisodeOutcome& outcome) {
   const auto found = families_.find(outcome.family);
   if (found == families_.end()) return;
@@ -65,24 +77,45 @@ void Curriculum::record(const EpisodeOutcome& outcome) {
   state.fast += kFastRate * (success - state.fast);
   state.slow += kSlowRate * (success - state.slow);
   if (!curriculum_ || outcome.difficulty != state.difficulty) return;  // played at an older level
-  state.window.push_back(outcome.success);
-  if (state.window.size() > window_) state.window.pop_front();
+  LevelSample& sample = state.sample;
+  const auto group = sample.groups.find(outcome.group_id);
+  if (group != sample.groups.end() && group->second.reported < group->second.expected) {
+    ++group->second.reported;
+    group->second.successes += outcome.success ? 1 : 0;
+  } else if (++sample.late_episodes >= 2 * window_) {
+    give_up_missing_groups(state);
+  }
   maybe_move(outcome.family, state);
 }
 
+void Curriculum::give_up_missing_groups(FamilyState& state) {
+  LevelSample& sample = state.sample;
+  for (auto it = sample.groups.begin(); it != sample.groups.end();)
+    it = it->second.reported < it->second.expected ? sample.groups.erase(it) : std::next(it);
+  sample.closed = !sample.groups.empty();  // decide on what came back; with nothing, start a new sample
+  if (!sample.closed) sample = LevelSample{};
+  sample.late_episodes = 0;
+}
+
 void Curriculum::maybe_move(const std::string& family, FamilyState& state) {
-  if (state.window.size() < window_) return;
-  const double rate = static_cast<double>(std::count(state.window.begin(), state.window.end(), true)) /
-                      static_cast<double>(state.window.size());
+  LevelSample& sample = state.sample;
+  if (sample.groups.empty() || (!sample.closed && sample.episodes < window_)) return;
+  int episodes = 0, successes = 0;
+  for (const auto& [id, tally] : sample.groups) {
+    if (tally.reported < tally.expected) return;  // a group of the sample is still being played
+    episodes += tally.reported;
+    successes += tally.successes;
+  }
+  const double rate = static_cast<double>(successes) / std::max(episodes, 1);
+  sample = LevelSample{};  // the next groups started form the next sample
   int next = state.difficulty;
   if (rate >= raise_at_ && state.difficulty < state.max_difficulty) next = state.difficulty + 1;
   if (rate <= lower_at_ && state.difficulty > state.min_difficulty) next = state.difficulty - 1;
   if (next == state.difficulty) return;
-  spdlog::info("curriculum: {} difficulty {} -> {} (success {:.0f}% over its last {} training episodes)", family,
-               state.difficulty, next, 100 * rate, state.window.size());
+  spdlog::info("curriculum: {} difficulty {} -> {} (success {:.0f}% over the first {} training episodes started at {})",
+               family, state.difficulty, next, 100 * rate, episodes, state.difficulty);
   telemetry::metrics().add("curriculum." + family + ".changes");
   state.difficulty = next;
-  state.window.clear();
 }
 
 int Curriculum::difficulty(const std::string& family) const {
@@ -141,7 +174,7 @@ void Curriculum::restore(const JsonValue& value) {
     state.fast = entry.at("fast").as_number();
     state.slow = entry.at("slow").as_number();
     state.seen = static_cast<std::int64_t>(entry.at("seen").as_number());
-    state.window.clear();
+    state.sample = LevelSample{};
   }
 }
 

@@ -137,7 +137,7 @@ Learner::EpisodeTargets Learner::episode_targets(const std::vector<const rollout
     ++family.episodes;
     family.successes += e->success;
     family.reward += e->reward;
-    st.outcomes.push_back({e->task.family, e->task.difficulty, e->success != 0});
+    st.outcomes.push_back({e->task.family, e->task.difficulty, e->success != 0, e->group_id});
     st.reward_mean += e->reward / static_cast<double>(n);
   }
   torch::Tensor rewards = torch::tensor(reward_values);

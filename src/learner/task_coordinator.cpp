@@ -129,7 +129,7 @@ std::vector<rollout::TaskGroup> TaskCoordinator::next_groups(int free_slots, std
     const std::uint64_t seed = next_seed_++;
     g.task = env::make_task(settings_.env, settings_.env_families,
                             env::pick_family(settings_.env, settings_.env_families, mix64(seed), paused, scales), seed);
-    if (settings_.env.curriculum) g.task.difficulty = curriculum_.difficulty(g.task.family);
+    if (settings_.env.curriculum) g.task.difficulty = curriculum_.start_group(g.task.family, g.group_id, group_size);
     g.size = group_size;
     g.min_version = std::max(min_version_floor_, settings_.sync.asynchronous ? std::int64_t{0} : policy_version);
     groups.push_back(g);

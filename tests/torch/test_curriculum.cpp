@@ -1,5 +1,6 @@
-// The curriculum over training tasks: levels move on the success of a full
-// window played at the current level only, within the family's range; the
+// The curriculum over training tasks: levels move on the success of the
+// first groups started at the current level, once all of them are back (not
+// on the episodes that end first), within the family's range; the
 // adaptive weights favour the family whose success moves; evaluation-free
 // state survives a checkpoint; the family draw follows the scales.
 
@@ -26,9 +27,16 @@ config::Config curriculum_config(const std::string& extra = "") {
       "curriculum.toml");
 }
 
+std::uint64_t next_group_id = 1;
+
+// Episodes of one-episode groups at `difficulty`, each started and finished
+// in turn (one started at an older level only finishes).
 void play(Curriculum& curriculum, const std::string& family, int difficulty, int successes, int failures) {
-  for (int i = 0; i < successes; ++i) curriculum.record({family, difficulty, true});
-  for (int i = 0; i < failures; ++i) curriculum.record({family, difficulty, false});
+  for (int i = 0; i < successes + failures; ++i) {
+    const std::uint64_t id = next_group_id++;
+    if (difficulty == curriculum.difficulty(family)) curriculum.start_group(family, id, 1);
+    curriculum.record({family, difficulty, i < successes, id});
+  }
 }
 
 }  // namespace
@@ -57,6 +65,57 @@ TEST_CASE("a full window of success raises the level, of failure lowers it", "[c
   play(curriculum, "sort", 2, 4, 0);
   play(curriculum, "sort", 3, 8, 0);
   CHECK(curriculum.difficulty("sort") == 3);
+}
+
+TEST_CASE("the groups started first decide, not the episodes that end first", "[curriculum]") {
+  // A lookup-like family: failures end early, successes take every hop. Two
+  // groups of 2 start at level 2 (the window is 4); while they are played,
+  // quick failures of groups started later come back first.
+  const config::Config config = curriculum_config("[env.sort]\ndifficulty = 2\n");
+  Curriculum curriculum(config.env, config.env_families);
+  REQUIRE(curriculum.start_group("sort", 100, 2) == 2);
+  REQUIRE(curriculum.start_group("sort", 101, 2) == 2);
+  for (std::uint64_t id = 102; id < 105; ++id) {
+    REQUIRE(curriculum.start_group("sort", id, 2) == 2);
+    curriculum.record({"sort", 2, false, id});
+    curriculum.record({"sort", 2, false, id});
+  }
+  CHECK(curriculum.difficulty("sort") == 2);  // six failures back, but none of the sample
+  curriculum.record({"sort", 2, true, 100});
+  curriculum.record({"sort", 2, true, 100});
+  curriculum.record({"sort", 2, true, 101});
+  CHECK(curriculum.difficulty("sort") == 2);  // the sample is not all back
+  curriculum.record({"sort", 2, true, 101});
+  CHECK(curriculum.difficulty("sort") == 3);  // 4 of 4 of the groups started first
+}
+
+TEST_CASE("a sample group that never comes back is given up after twice the window", "[curriculum]") {
+  const config::Config config = curriculum_config("[env.sort]\ndifficulty = 2\n");  // window 4
+  Curriculum curriculum(config.env, config.env_families);
+  curriculum.start_group("sort", 1, 2);
+  curriculum.start_group("sort", 2, 2);  // lost: it never comes back
+  curriculum.record({"sort", 2, false, 1});
+  curriculum.record({"sort", 2, false, 1});
+  for (std::uint64_t id = 3; id < 7; ++id) {
+    curriculum.start_group("sort", id, 2);
+    curriculum.record({"sort", 2, true, id});
+    if (id < 6) curriculum.record({"sort", 2, true, id});
+  }
+  CHECK(curriculum.difficulty("sort") == 2);  // 7 later episodes: still waiting for group 2
+  curriculum.record({"sort", 2, true, 6});    // the 8th: group 2 is given up, group 1 decides
+  CHECK(curriculum.difficulty("sort") == 1);  // 0 of 2: lowered
+  // A sample with nothing back at all starts over with the next groups.
+  Curriculum other(config.env, config.env_families);
+  other.start_group("guess", 1, 4);  // lost
+  for (std::uint64_t id = 2; id < 10; ++id) {
+    other.start_group("guess", id, 1);
+    other.record({"guess", 1, true, id});
+  }
+  for (std::uint64_t id = 10; id < 14; ++id) {
+    other.start_group("guess", id, 1);
+    other.record({"guess", 1, true, id});
+  }
+  CHECK(other.difficulty("guess") == 2);
 }
 
 TEST_CASE("without [env] curriculum the levels stay where the config puts them", "[curriculum]") {

@@ -3,11 +3,18 @@
 // adaptive_weights): what difficulty each family's new training groups get,
 // and how often each family is drawn.
 //
-// Difficulty: a family's recent success at its current level (the last
-// curriculum_window training episodes played at that level) above
-// curriculum_raise_at raises the level by one, below curriculum_lower_at
-// lowers it; the window starts empty at every change, so episodes still in
-// flight at the old level never decide the next move. GRPO learns nothing
+// Difficulty: a family's success at its current level, over a sample of
+// curriculum_window training episodes, above curriculum_raise_at raises the
+// level by one, below curriculum_lower_at lowers it. The sample is the first
+// groups *started* at the level, and it decides only once all of them have
+// finished: episodes that end sooner must not decide alone, or a family
+// whose failures end quickly (a wrong key ends a lookup; success takes every
+// hop) would be judged on its failures (a 12-hop lookup run went up and down
+// between 8 and 12 hops 53 times in 150 steps that way). Episodes still in
+// flight at an older level decide nothing; after each decision the next
+// groups started form the next sample. A sample group that never comes back
+// (dropped as stale, lost with an actor) is given up once twice the window
+// of later episodes at the level has come back. GRPO learns nothing
 // from groups that all succeed or all fail (their advantages are zero), so
 // keeping every family where it succeeds sometimes keeps its groups useful.
 //
@@ -22,7 +29,6 @@
 // configured difficulty, so before and after stay comparable.
 
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +47,7 @@ struct EpisodeOutcome {
   std::string family;
   int difficulty = 1;
   bool success = false;
+  std::uint64_t group_id = 0;
 };
 
 class Curriculum {
@@ -48,6 +55,9 @@ class Curriculum {
   // [env] and its [env.<family>] overrides: the families, their starting levels and the curriculum keys.
   Curriculum(const config::EnvSection& env, const config::EnvFamilySections& families);
 
+  // The difficulty a new training group of `family` is played at; the
+  // group (its id and episode count) may join the level's sample.
+  int start_group(const std::string& family, std::uint64_t group_id, int episodes);
   void record(const EpisodeOutcome& outcome);
   // The difficulty of `family`'s next training groups.
   int difficulty(const std::string& family) const;
@@ -61,14 +71,27 @@ class Curriculum {
   void restore(const JsonValue& value);
 
  private:
+  struct GroupTally {
+    int expected = 0;
+    int reported = 0;
+    int successes = 0;
+  };
+  // The first groups started at the current level, which decide the next move.
+  struct LevelSample {
+    std::map<std::uint64_t, GroupTally> groups;
+    size_t episodes = 0;       // what the groups will bring
+    bool closed = false;       // no more groups join (missing ones were given up)
+    size_t late_episodes = 0;  // at this level, from groups outside the sample
+  };
   struct FamilyState {
     int difficulty = 1;
     int min_difficulty = 1;
     int max_difficulty = 1;
-    std::deque<bool> window;    // successes at the current level, newest last
+    LevelSample sample;
     double fast = 0, slow = 0;  // moving averages of success (learning progress)
     std::int64_t seen = 0;
   };
+  void give_up_missing_groups(FamilyState& state);
   void maybe_move(const std::string& family, FamilyState& state);
 
   bool curriculum_ = false;
