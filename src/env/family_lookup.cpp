@@ -49,10 +49,15 @@ class LookupSession final : public FamilySession {
 
   int default_max_turns() const override { return 2 * static_cast<int>(chain_.size()) + 4; }
 
+  // The hop count comes before the start key, so that the key lies as many
+  // characters before the first action at every difficulty. With "start at
+  // key K and follow 12 hops" the long-horizon model, which copies the key
+  // from a fixed distance back, miscopied it whenever the count had two
+  // digits (12 hops and up): its greedy 12-hop success was 7%, and 55% once
+  // the key moved here (the same pretraining; docs/learning.md).
   std::string intro() const override {
     const int hops = static_cast<int>(chain_.size());
-    return "lookup: start at key " + chain_[0] + " and follow " + std::to_string(hops) +
-           (hops == 1 ? " hop" : " hops") +
+    return "lookup: follow " + std::to_string(hops) + (hops == 1 ? " hop" : " hops") + " from key " + chain_[0] +
            ". `get <key>` returns its value (the next key; a number at the last hop). finish with "
            "`answer <value>`.";
   }

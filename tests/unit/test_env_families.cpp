@@ -566,9 +566,9 @@ TEST_CASE("guess feedback brackets the target", "[env]") {
 TEST_CASE("lookup reveals the chain one hop at a time", "[env]") {
   auto env = make_builtin_environment("lookup");
   const std::string intro = env->open(spec_of("lookup", 4, 21));
-  const auto at = intro.find("start at key ");
+  const auto at = intro.find(" from key ");
   REQUIRE(at != std::string::npos);
-  std::string key = intro.substr(at + 13, 4);
+  std::string key = intro.substr(at + 10, 4);
   for (int hop = 0; hop < 4; ++hop) {
     const StepResult r = env->step("get " + key);
     REQUIRE(r.observation.rfind(key + " = ", 0) == 0);
