@@ -93,12 +93,27 @@ on_signal() {
 }
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
+status_dir=""
+trap '[ -n "$status_dir" ] && rm -rf "$status_dir"' EXIT
 
-ORPHAN_GRACE_S=15
+ORPHAN_GRACE_S=${MOERL_LAUNCHER_ORPHAN_GRACE_S:-15}  # the variable is for tests
+# recorded_status DIR: the job's status from its ranks' records (see the loop below).
+recorded_status() {
+  local records
+  records=$(cat "$1"/*.status 2>/dev/null)
+  if [ "$(printf '%s\n' "$records" | grep -c '^[0-9]')" -lt "$ranks" ]; then echo 4; return; fi
+  local failing
+  failing=$(printf '%s\n' "$records" | grep -v '^0$' | sort | uniq -c | sort -k1,1nr -k2,2nr | awk 'NR == 1 {print $2}')
+  echo "${failing:-0}"
+}
 attempt=0
 short_in_a_row=0
 while :; do
   export MOERL_RESTARTS="$attempt"
+  # Each rank writes its exit status here (runtime/exit_record.h): the job's
+  # status when mpirun has to be ended below.
+  status_dir=$(mktemp -d "${TMPDIR:-/tmp}/moerl-exit.XXXXXX")
+  export MOERL_EXIT_STATUS_DIR="$status_dir"
   started=$(date +%s)
   "${launcher[@]}" "$MOERL_BIN" "${args[@]}" &
   child=$!
@@ -107,8 +122,10 @@ while :; do
   # and cli.restarts; in cli.resume with its main thread deadlocked on a
   # mutex, never reaping a rank that had exited): once ranks were seen and
   # none is left running (an exited rank it did not reap, a zombie, is not
-  # running) for $ORPHAN_GRACE_S s, it is ended and the attempt counts as a
-  # lost rank (status 4), which restarts from the last checkpoint.
+  # running) for $ORPHAN_GRACE_S s, it is ended. The attempt's status is then
+  # the one its ranks recorded (the most common non-zero one, or 0 when every
+  # rank ended with 0); without a record from every rank it counts as a lost
+  # rank (status 4), which restarts from the last checkpoint.
   ranks_seen=0
   orphaned_since=""
   hung=0
@@ -132,7 +149,11 @@ while :; do
     status=$?
     kill -0 "$child" 2>/dev/null || break
   done
-  [ "$hung" = 1 ] && status=4
+  if [ "$hung" = 1 ]; then
+    status=$(recorded_status "$status_dir")
+    echo "launch.sh: the ranks' recorded exit status: $status" >&2
+  fi
+  rm -rf "$status_dir"
   child=""
   lasted=$(( $(date +%s) - started ))
   case "$status" in

@@ -308,11 +308,18 @@ int run_train(const TrainOptions& options) {
   runtime::install_stop_signal_handlers();
   runtime::init_logging({config::LogLevel::Info, mpi.world_rank(), "", ""});
   const std::optional<config::Config> config = load_agreed_config(options, mpi.world_rank(), mpi.world_size());
-  if (!config) return config::kConfigErrorExitStatus;
+  if (!config) {
+    // No configuration to read the deadline from: the default one.
+    mpi.finalize_within(config::ClusterSection{}.shutdown_timeout_s, config::kConfigErrorExitStatus);
+    return config::kConfigErrorExitStatus;
+  }
   std::string role_label;
   try {
     const std::unique_ptr<runtime::PlacedWorld> placed = place_ranks(*config, mpi.world_rank(), mpi.world_size());
-    if (!placed) return config::kConfigErrorExitStatus;
+    if (!placed) {
+      mpi.finalize_within(config->cluster.shutdown_timeout_s, config::kConfigErrorExitStatus);
+      return config::kConfigErrorExitStatus;
+    }
     role_label = runtime::role_name(runtime::RankLayout(config->cluster).assignment(placed->job_rank()).role);
     const int status = run_roles(*config, options, *placed);
     mpi.finalize_within(config->cluster.shutdown_timeout_s, status);

@@ -11,6 +11,7 @@
 #include "checkpoint_command.h"
 #include "commands.h"
 #include "moerl/core/blas_kernels.h"
+#include "moerl/runtime/exit_record.h"
 #include "moerl/setup/config_loading.h"
 
 namespace {
@@ -23,10 +24,7 @@ constexpr const char* kCheckpointHelp =
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  // First, before MPI or any thread: the right BLAS kernels for this CPU
-  // (may start the binary afresh with OPENBLAS_CORETYPE set).
-  moerl::blas::select_kernels(argv);
+static int run_moerl(int argc, char** argv) {
   // Keep large tensor buffers in the heap instead of fresh mmaps: otherwise
   // every MoE dispatch buffer is page-faulted in anew on each call (measured:
   // 21% of a CPU MoE layer's time; dispatch+combine 4 -> 22 GB/s with this).
@@ -188,4 +186,14 @@ int main(int argc, char** argv) {
   if (*join_cmd) return moerl::app::run_join_env(join);
   if (*report_cmd) return moerl::app::run_report(report);
   return 1;
+}
+
+int main(int argc, char** argv) {
+  // First, before MPI or any thread: the right BLAS kernels for this CPU
+  // (may start the binary afresh with OPENBLAS_CORETYPE set).
+  moerl::blas::select_kernels(argv);
+  moerl::runtime::prepare_exit_record();
+  const int status = run_moerl(argc, argv);
+  moerl::runtime::record_exit_status(status);
+  return status;
 }

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 
+#include "moerl/runtime/exit_record.h"
 #include "moerl/runtime/failover_messages.h"
 #include "moerl/runtime/logging.h"
 
@@ -51,7 +52,7 @@ bool ReleaseOnSignal::released() {
 void leave_job_released(const std::string& role_label) {
   spdlog::warn("{}: released by learner 0: leaving the job (its sessions move to the other env workers)", role_label);
   runtime::flush_logs();
-  std::_Exit(0);
+  runtime::exit_with_record(0);
 }
 
 }  // namespace moerl::env

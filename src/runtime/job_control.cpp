@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "moerl/runtime/exit_record.h"
 #include "moerl/runtime/fault_tolerance.h"
 #include "moerl/runtime/heartbeat_messages.h"
 #include "moerl/runtime/logging.h"
@@ -70,7 +71,7 @@ extern "C" void on_stop_signal(int signal_number) {
   // (only the async-signal-safe cleanups run).
   if (g_stop_signal.exchange(signal_number) != 0) {
     run_abort_cleanups();
-    std::_Exit(128 + signal_number);
+    exit_with_record(128 + signal_number);
   }
 }
 
@@ -290,9 +291,10 @@ void end_this_rank(int status) {
       std::this_thread::sleep_for(std::chrono::seconds(kAbortDeadlineSeconds));
       std::_Exit(status);
     }).detach();
+    record_exit_status(status);
     MPI_Abort(MPI_COMM_WORLD, status);
   }
-  std::_Exit(status);
+  exit_with_record(status);
 }
 
 void abort_job(const std::string& role_label, const std::string& what, int status) {

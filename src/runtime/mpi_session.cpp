@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "moerl/core/check.h"
+#include "moerl/runtime/exit_record.h"
 #include "moerl/runtime/job_control.h"
 #include "moerl/runtime/logging.h"
 
@@ -91,7 +92,7 @@ void MpiSession::finalize_within(double deadline_s, int status) {
         "status {} without it",
         rank, deadline_s, status);
     flush_logs();
-    std::_Exit(status);
+    exit_with_record(status);
   }).detach();
   set_abort_channel(MPI_COMM_NULL);
   MPI_Comm_free(&abort_channel_);
