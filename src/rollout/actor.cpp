@@ -247,6 +247,7 @@ void Actor::prompt_turn(Episode& episode, const std::string& observation, bool f
   stop.max_turn_tokens = settings_.rollout.max_tokens_per_turn;
   engine_.start_turn(episode.id, sampling, stop);
   episode.waiting_env = false;
+  episode.last_progress_s = runtime::monotonic_seconds();
 }
 
 void Actor::on_env_reply(const env::EnvReply& reply) {
@@ -286,6 +287,7 @@ void Actor::on_env_reply(const env::EnvReply& reply) {
 void Actor::on_turn(std::uint64_t id) {
   Episode& episode = episodes_.at(id);
   GeneratedTurn turn = engine_.take_turn(id);
+  episode.last_progress_s = runtime::monotonic_seconds();
   Trajectory& t = episode.trajectory;
   for (size_t i = 0; i < turn.tokens.size(); ++i) {
     t.tokens.push_back(static_cast<std::int32_t>(turn.tokens[i]));
@@ -311,7 +313,46 @@ void Actor::on_turn(std::uint64_t id) {
 
 void Actor::expect_env_reply(Episode& episode) {
   episode.waiting_env = true;
-  episode.reply_due_s = runtime::monotonic_seconds() + reply_deadline_s(episode);
+  episode.last_progress_s = runtime::monotonic_seconds();
+  episode.reply_due_s = episode.last_progress_s + reply_deadline_s(episode);
+}
+
+std::string Actor::episode_state(const Episode& episode) const {
+  const bool in_engine = engine_.has_session(episode.id);
+  return "episode " + std::to_string(episode.id) + " (group " + std::to_string(episode.group.group_id) + ", " +
+         episode.group.task.family + ", turn " + std::to_string(episode.turns) + "): " +
+         (episode.waiting_env
+              ? "waiting for env worker rank " + std::to_string(episode.env_worker) + " to answer " +
+                    env::request_kind_name(episode.awaited_kind) + " request " + std::to_string(episode.awaited_request)
+              : std::string("not waiting for its env worker (rank ") + std::to_string(episode.env_worker) + ")") +
+         (episode.restoring ? ", restoring" : "") + (episode.pending_action.empty() ? "" : ", a step in flight") +
+         (!in_engine                          ? ", not in the engine"
+          : engine_.is_generating(episode.id) ? ", generating"
+          : engine_.turn_ready(episode.id)    ? ", its turn ready"
+                                              : ", idle in the engine");
+}
+
+void Actor::check_stalled_episodes(double now) {
+  const double pause_s = settings_.message_timeout_s / 2;
+  std::vector<std::uint64_t> orphaned;
+  for (auto& [id, episode] : episodes_) {
+    if (now - episode.last_progress_s < pause_s) continue;
+    const bool in_engine = engine_.has_session(id) && (engine_.is_generating(id) || engine_.turn_ready(id));
+    if (!episode.waiting_env && !in_engine) {
+      orphaned.push_back(id);
+    } else if (episode.waiting_env && !episode.stall_reported) {
+      episode.stall_reported = true;
+      spdlog::warn("actor {}: no progress for {:.0f} s on {}", world_.role_index(), now - episode.last_progress_s,
+                   episode_state(episode));
+    }
+  }
+  for (std::uint64_t id : orphaned) {
+    Episode& episode = episodes_.at(id);
+    const std::string state = episode_state(episode);
+    spdlog::error("actor {}: nothing would move {} on; failing it", world_.role_index(), state);
+    telemetry::metrics().add("actor.orphaned_episodes");
+    fail(episode, env::FailureReason::FailureNoReply, "stalled: " + state, 0);
+  }
 }
 
 void Actor::fail_overdue_sessions() {
@@ -331,6 +372,7 @@ void Actor::fail_overdue_sessions() {
              std::to_string(episode.turns) + ")",
          0);
   }
+  check_stalled_episodes(now);
 }
 
 void Actor::fail(Episode& episode, env::FailureReason reason, const std::string& error, int attempts) {

@@ -118,6 +118,7 @@ void Actor::on_restored(Episode& episode) {
     expect_env_reply(episode);
   } else {
     episode.waiting_env = false;  // it was generating: its next action goes to the new worker
+    episode.last_progress_s = runtime::monotonic_seconds();
   }
 }
 

@@ -134,6 +134,8 @@ class Actor {
     std::vector<size_t> turn_starts;           // token indices of its prompts after the first: where turns begin
     std::vector<std::uint8_t> window_routing;  // routing of the finished windows, in order
     bool window_routing_lost = false;          // a finished window's routing did not cover it
+    double last_progress_s = 0;                // monotonic time of its last env reply, turn or request
+    bool stall_reported = false;               // its state was logged once for a long pause
   };
 
   void request_work();
@@ -155,6 +157,13 @@ class Actor {
   void send_episode(Trajectory& t);
   void expect_env_reply(Episode& episode);
   void fail_overdue_sessions();
+  // Every live episode waits for its env worker (with a deadline) or is in the
+  // engine. One that has waited for its env worker for half the message
+  // timeout gets its state logged once (its deadline may be minutes away);
+  // one that is in neither place has nothing that would move it on, and is
+  // failed so that the job goes on (its state in the error).
+  void check_stalled_episodes(double now);
+  std::string episode_state(const Episode& episode) const;
   void apply_new_weights();
   bool poll_new_weights();     // true when a verified version is ready
   void apply_ready_weights();  // makes it the engine's weights
