@@ -22,7 +22,12 @@ released_cleanly() {  # released_cleanly NAME RANK: every step, one failure entr
   wait_job "$job" 240 "$1"
   local status=$?
   expect_status 0 $status "$1: exit status"
-  [ "$status" = 0 ] || tail -n 40 "$1.txt" | sed 's/^/    | /'
+  if [ "$status" != 0 ]; then
+    echo "    the job's warnings and errors:"
+    grep -aE "\[(warning|error)\]|^moerl:" "$1.txt" | tail -n 60 | sed 's/^/    | /'
+    echo "    the end of its log:"
+    tail -n 40 "$1.txt" | sed 's/^/    | /'
+  fi
   expect_contains "$1.txt" "step $STEPS/$STEPS " "$1: every step"
   expect_contains "$1.txt" "releasing env worker $(( $2 - 3 )) (rank $2) on its signal 15" "$1: learner 0 releases it"
   grep -q "env failures" "$1.txt" && fail "$1: sessions failed"
