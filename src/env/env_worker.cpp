@@ -26,8 +26,11 @@ int EnvWorkerService::serve_once(double max_wait_s) {
   for (const EnvReply& reply : replies) {
     try {
       mailbox_.send(reply.client, EnvReplyMessage{reply});
-    } catch (const runtime::PeerLostError&) {
+    } catch (const runtime::PeerLostError& error) {
       // The actor is gone; its sessions close when learner 0 says it was lost.
+      // Said, so that a reply lost to a rank that lives on is seen in the log.
+      spdlog::warn("env worker: the reply to {} request {} of session {} was not delivered: {}",
+                   request_kind_name(reply.kind), reply.request_id, reply.session, error.what());
     }
   }
   return static_cast<int>(replies.size());
