@@ -14,7 +14,7 @@ int run_pretrain(const PretrainOptions& options) {
   try {
     const config::Config config = setup::load_config_file(options.config_path, options.overrides);
     set_compute_threads(single_process_threads(options.threads));
-    return run_pretrain_command(config);
+    return run_pretrain_command(config, options.init_path);
   } catch (const config::ConfigError& error) {
     std::cerr << error.what() << "\n";
     return config::kConfigErrorExitStatus;

@@ -21,6 +21,7 @@ struct PretrainOptions {
   std::string config_path;
   std::vector<std::string> overrides;
   int threads = 0;
+  std::string init_path;  // continue from these weights (pretraining in stages)
 };
 
 struct ConfigOptions {

@@ -126,6 +126,9 @@ static int run_moerl(int argc, char** argv) {
       "pretrain", "Train the base policy on scripted-expert demonstrations ([pretrain]); one process, no mpirun");
   pretrain_cmd->add_option("-c,--config", pretrain.config_path, "TOML run configuration")->required();
   pretrain_cmd->add_option("--set", pretrain.overrides, "Override a key: --set section.key=value (repeatable)");
+  pretrain_cmd->add_option("--init", pretrain.init_path,
+                           "Start from these weights (a checkpoint or an earlier base.pt) instead of random ones: "
+                           "pretraining in stages, e.g. one family first, then all");
   pretrain_cmd->add_option("--threads", pretrain.threads,
                            "Compute threads (default: $MOERL_THREADS_PER_RANK, else $OMP_NUM_THREADS, else all cores)");
 

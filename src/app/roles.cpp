@@ -197,10 +197,14 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
   return 1;
 }
 
-int run_pretrain_command(const config::Config& config) {
+int run_pretrain_command(const config::Config& config, const std::string& init_path) {
   torch::manual_seed(static_cast<std::uint64_t>(config.run.seed));
   model::Policy policy(config.model, config.moe);
   std::printf("%s\n", model::parameter_report(*policy).format().c_str());
+  if (!init_path.empty()) {
+    learner::load_policy(policy, init_path);
+    std::printf("pretrain: continuing from %s\n", init_path.c_str());
+  }
   const learner::PretrainReport report = learner::pretrain(learner::pretrain_settings(config), policy);
   std::printf("pretrain: %lld steps in %.0f s, loss %.3f -> %.3f, action-token accuracy %.1f%%; saved %s\n",
               static_cast<long long>(report.steps), report.wall_s, report.first_loss, report.final_loss,

@@ -25,7 +25,7 @@ int run_role(const config::Config& config, const runtime::World& world, runtime:
              runtime::StopCoordinator& stop, const runtime::DeviceChoice& device, const std::string& init_path,
              const std::string& resume, runtime::HeartbeatThread* heartbeat = nullptr);
 
-// `moerl pretrain` (one process).
-int run_pretrain_command(const config::Config& config);
+// `moerl pretrain` (one process); `init_path`, when set, holds the starting weights.
+int run_pretrain_command(const config::Config& config, const std::string& init_path = "");
 
 }  // namespace moerl::app
