@@ -205,10 +205,19 @@ int run_pretrain_command(const config::Config& config, const std::string& init_p
     learner::load_policy(policy, init_path);
     std::printf("pretrain: continuing from %s\n", init_path.c_str());
   }
-  const learner::PretrainReport report = learner::pretrain(learner::pretrain_settings(config), policy);
-  std::printf("pretrain: %lld steps in %.0f s, loss %.3f -> %.3f, action-token accuracy %.1f%%; saved %s\n",
-              static_cast<long long>(report.steps), report.wall_s, report.first_loss, report.final_loss,
-              100 * report.final_accuracy, report.path.c_str());
+  const std::vector<learner::PretrainSettings> stages = learner::pretrain_stages(learner::pretrain_settings(config));
+  for (size_t i = 0; i < stages.size(); ++i) {
+    if (stages.size() > 1) {
+      std::string families;
+      for (const std::string& family : stages[i].env.families) families += (families.empty() ? "" : ", ") + family;
+      std::printf("pretrain stage %zu of %zu: %s, %lld steps\n", i + 1, stages.size(), families.c_str(),
+                  static_cast<long long>(stages[i].pretrain.steps));
+    }
+    const learner::PretrainReport report = learner::pretrain(stages[i], policy);
+    std::printf("pretrain: %lld steps in %.0f s, loss %.3f -> %.3f, action-token accuracy %.1f%%; saved %s\n",
+                static_cast<long long>(report.steps), report.wall_s, report.first_loss, report.final_loss,
+                100 * report.final_accuracy, report.path.c_str());
+  }
   return 0;
 }
 

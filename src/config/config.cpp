@@ -314,6 +314,7 @@ class Loader {
         require(!config_.env_external.command.empty(), "env.families",
                 "lists 'external' but [env.external] command is empty");
     }
+    check_pretrain_stages();
     check_expert_parallel();
     if (config_.algo.credit == CreditAssignment::Turn)
       require(
@@ -363,6 +364,28 @@ class Loader {
               "leaves no MoE layer: must be < model.num_layers (" + std::to_string(m.num_layers) + ")");
     }
     check_rollout_experts();
+  }
+
+  // [pretrain] first_stage_*: both or neither, and a stage's families come
+  // from the task mix (their [env.<family>] settings are the mix's).
+  void check_pretrain_stages() {
+    const PretrainSection& p = config_.pretrain;
+    const auto& mix = config_.env.families;
+    if (p.first_stage_families.empty()) {
+      require(p.first_stage_steps == 0, "pretrain.first_stage_steps",
+              "= " + std::to_string(p.first_stage_steps) +
+                  " needs pretrain.first_stage_families (which families "
+                  "the first stage trains on)");
+      return;
+    }
+    require(p.first_stage_steps > 0, "pretrain.first_stage_families",
+            "needs pretrain.first_stage_steps > 0 (how long the first stage trains)");
+    for (const std::string& family : p.first_stage_families) {
+      std::string message = "'" + family + "' is not in env.families";
+      if (std::string near = closest_match(family, mix); !near.empty()) message += "; did you mean '" + near + "'?";
+      require(std::find(mix.begin(), mix.end(), family) != mix.end(), "pretrain.first_stage_families", message);
+      require(family != "external", "pretrain.first_stage_families", "'external' has no scripted expert to learn from");
+    }
   }
 
   // rollout.moe_top_k: after apply_hf_source, so that an hf: model's

@@ -563,7 +563,15 @@ SectionSpec pretrain_section() {
           "(uniformly, never below 1), so that the base also knows the easier levels an [env] curriculum "
           "may start from.")
       .at_least(0);
-  b.field("steps", &PretrainSection::steps, "Optimizer steps.").at_least(1);
+  b.field("first_stage_families", &PretrainSection::first_stage_families,
+          "Families of an optional first stage, trained alone before the whole [env] mix (a skill that needs "
+          "a long exposure, like lookup's copying of keys, does not appear from its share of a mix); each "
+          "must be in env.families. Empty = one stage.");
+  b.field("first_stage_steps", &PretrainSection::first_stage_steps,
+          "Optimizer steps of that first stage (each stage has its own optimizer state and lr schedule); "
+          "`steps` on the whole mix follow it.")
+      .at_least(0);
+  b.field("steps", &PretrainSection::steps, "Optimizer steps (on the whole mix, after any first stage).").at_least(1);
   b.field("batch_episodes", &PretrainSection::batch_episodes, "Episodes per step.").at_least(1);
   b.field("lr", &PretrainSection::lr, "Peak learning rate.").greater_than(0);
   b.field("warmup_steps", &PretrainSection::warmup_steps, "Linear warm-up steps.").at_least(0);

@@ -63,6 +63,17 @@ PretrainSettings pretrain_settings(const config::Config& config) {
   return settings;
 }
 
+std::vector<PretrainSettings> pretrain_stages(const PretrainSettings& settings) {
+  const config::PretrainSection& p = settings.pretrain;
+  if (p.first_stage_families.empty() || p.first_stage_steps <= 0) return {settings};
+  PretrainSettings first = settings;
+  first.env.families = p.first_stage_families;
+  first.pretrain.steps = p.first_stage_steps;
+  const std::filesystem::path output(settings.output);
+  first.output = (output.parent_path() / (output.stem().string() + ".stage1" + output.extension().string())).string();
+  return {first, settings};
+}
+
 PretrainReport pretrain(const PretrainSettings& settings, model::Policy policy, int log_every) {
   const auto started = std::chrono::steady_clock::now();
   PretrainReport report;

@@ -287,6 +287,11 @@ struct PretrainSection {
   // many levels below it (uniformly): a base that also knows the easier
   // levels gives an [env] curriculum somewhere to start.
   std::int64_t easier_levels = 0;
+  // An optional first stage on some families alone, before `steps` on the
+  // whole mix: a skill that takes long to appear (lookup's copying of keys)
+  // does not appear from its share of a mixed budget.
+  std::vector<std::string> first_stage_families;
+  std::int64_t first_stage_steps = 0;
   std::int64_t steps = 300;
   std::int64_t batch_episodes = 16;
   double lr = 1e-3;

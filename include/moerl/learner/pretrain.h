@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "moerl/config/sections.h"
 #include "moerl/model/policy.h"
@@ -28,6 +29,13 @@ struct PretrainSettings {
 };
 
 PretrainSettings pretrain_settings(const config::Config& config);
+
+// The stages `moerl pretrain` runs, in order, each from the weights the one
+// before left: with [pretrain] first_stage_families, those families alone
+// for first_stage_steps (saved next to the output as <stem>.stage1<ext>, so
+// that a later stage can be rerun with --init), then the whole mix for
+// `steps`; without, the whole mix alone.
+std::vector<PretrainSettings> pretrain_stages(const PretrainSettings& settings);
 
 // The difficulty demonstration `index` is played at: `difficulty` or up to
 // `easier_levels` below it, never below 1, uniformly over the demonstrations.
