@@ -626,7 +626,8 @@ SectionSpec env_section() {
           "lowered below curriculum_lower_at (evaluation keeps the configured difficulty).");
   b.field("curriculum_window", &EnvSection::curriculum_window,
           "Training episodes that decide a family's next move: those of the first groups started at its "
-          "current level, once all of them are back.")
+          "current level, once all of them are back. The episodes of a group share one task, so the sample "
+          "holds curriculum_window / rollout.group_size tasks: too few, and noise moves the level.")
       .at_least(1);
   b.field("curriculum_raise_at", &EnvSection::curriculum_raise_at,
           "Success over the window at or above which a family's difficulty goes up by one.")

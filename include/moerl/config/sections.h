@@ -162,11 +162,15 @@ struct EnvSection {
   std::string archive_dir = "";           // session snapshots; "" = <run dir>/archive/env
   double reward_min = -std::numeric_limits<double>::infinity();  // rewards outside [min, max] fail the attempt
   double reward_max = std::numeric_limits<double>::infinity();
-  std::int64_t breaker_failures = 8;           // consecutive failed sessions of a family that pause it; 0 = never
-  std::int64_t snapshot_every_turns = 4;       // a session's snapshot goes to the archive this often; 0 = never
-  double breaker_cooldown_s = 60.0;            // a paused family is drawn from again after this long
-  bool curriculum = false;                     // training difficulty per family follows its recent success
-  std::int64_t curriculum_window = 32;         // training episodes at a level that decide the next move
+  std::int64_t breaker_failures = 8;      // consecutive failed sessions of a family that pause it; 0 = never
+  std::int64_t snapshot_every_turns = 4;  // a session's snapshot goes to the archive this often; 0 = never
+  double breaker_cooldown_s = 60.0;       // a paused family is drawn from again after this long
+  bool curriculum = false;                // training difficulty per family follows its recent success
+  // Training episodes at a level that decide the next move. A group's
+  // episodes share one task, so the sample holds window / group_size tasks:
+  // 32 (4 tasks at groups of 8) read a family at 40% as 25% or less often
+  // enough to send it down and up again every few steps.
+  std::int64_t curriculum_window = 64;
   double curriculum_raise_at = 0.75;           // success over the window that raises the level
   double curriculum_lower_at = 0.25;           // success over the window that lowers it
   std::int64_t curriculum_max_difficulty = 0;  // highest level; 0 = each family's own
