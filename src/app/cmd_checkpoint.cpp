@@ -19,6 +19,7 @@
 #include "checkpoint_command.h"
 #include "moerl/config/config_error.h"
 #include "moerl/core/error.h"
+#include "moerl/core/join.h"
 #include "moerl/learner/evaluation_record.h"
 #include "moerl/storage/checkpoint_store.h"
 #include "moerl/storage/expert_shards.h"
@@ -39,12 +40,6 @@ std::string human_bytes(std::uint64_t bytes) {
   }
   char text[32];
   std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
-  return text;
-}
-
-std::string join(const std::vector<std::string>& parts, const char* separator) {
-  std::string text;
-  for (const auto& p : parts) text += (text.empty() ? "" : separator) + p;
   return text;
 }
 

@@ -8,6 +8,7 @@
 #include "moerl/app/group_communicators.h"
 #include "moerl/comm/communicator_expert_exchange.h"
 #include "moerl/comm/mpi_communicator.h"
+#include "moerl/core/join.h"
 #include "moerl/env/env_release.h"
 #include "moerl/env/env_worker.h"
 #include "moerl/model/hf_policy_loader.h"
@@ -207,12 +208,9 @@ int run_pretrain_command(const config::Config& config, const std::string& init_p
   }
   const std::vector<learner::PretrainSettings> stages = learner::pretrain_stages(learner::pretrain_settings(config));
   for (size_t i = 0; i < stages.size(); ++i) {
-    if (stages.size() > 1) {
-      std::string families;
-      for (const std::string& family : stages[i].env.families) families += (families.empty() ? "" : ", ") + family;
-      std::printf("pretrain stage %zu of %zu: %s, %lld steps\n", i + 1, stages.size(), families.c_str(),
-                  static_cast<long long>(stages[i].pretrain.steps));
-    }
+    if (stages.size() > 1)
+      std::printf("pretrain stage %zu of %zu: %s, %lld steps\n", i + 1, stages.size(),
+                  join(stages[i].env.families, ", ").c_str(), static_cast<long long>(stages[i].pretrain.steps));
     const learner::PretrainReport report = learner::pretrain(stages[i], policy);
     std::printf("pretrain: %lld steps in %.0f s, loss %.3f -> %.3f, action-token accuracy %.1f%%; saved %s\n",
                 static_cast<long long>(report.steps), report.wall_s, report.first_loss, report.final_loss,

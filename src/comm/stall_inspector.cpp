@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "moerl/core/check.h"
+#include "moerl/core/join.h"
 
 namespace moerl::comm {
 namespace {
@@ -22,12 +23,6 @@ std::string member_name(int member, const std::vector<int>& world_ranks) {
   if (member < static_cast<int>(world_ranks.size()))
     name += " (job rank " + std::to_string(world_ranks[static_cast<size_t>(member)]) + ")";
   return name;
-}
-
-std::string joined(const std::vector<std::string>& parts) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
-  return out;
 }
 
 void put_int64(std::vector<char>& bytes, std::int64_t value) {
@@ -79,10 +74,10 @@ std::string describe_missing(std::int64_t number, int self, const std::vector<Me
         "every member answered from inside it or past it (the collective itself is stuck: "
         "mismatched collectives or a stalled transport)";
   } else {
-    text += "missing " + joined(missing);
+    text += "missing " + join(missing, ", ");
   }
-  text += "; waiting in it: " + joined(waiting);
-  if (!done.empty()) text += "; done with it: " + joined(done);
+  text += "; waiting in it: " + join(waiting, ", ");
+  if (!done.empty()) text += "; done with it: " + join(done, ", ");
   return text;
 }
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "moerl/core/error.h"
+#include "moerl/core/join.h"
 #include "moerl/learner/coordinator.h"
 #include "moerl/storage/checkpoint_store.h"
 #include "moerl/telemetry/metrics.h"
@@ -21,12 +22,6 @@ std::string describe_scores(const ScoreTable& table) {
     text += fmt::format("{}{} {:.0f}% [{:.0f}, {:.0f}]", text.empty() ? "" : ", ", family, 100 * score.success_rate(),
                         100 * ci.low, 100 * ci.high);
   }
-  return text;
-}
-
-std::string joined(const std::vector<std::string>& items) {
-  std::string text;
-  for (const std::string& item : items) text += (text.empty() ? "" : "; ") + item;
   return text;
 }
 
@@ -80,7 +75,7 @@ void EvaluationWatch::judge(const EvaluationRecord& record) {
   ++regressed_in_a_row_;
   telemetry::metrics().add("learner.eval_regressions");
   spdlog::warn("evaluation: version {} is below {} beyond the 95% interval ({} in a row): {}", record.version,
-               ref->second, regressed_in_a_row_, joined(worse));
+               ref->second, regressed_in_a_row_, join(worse, "; "));
   if (eval_.auto_rollback && regressed_in_a_row_ >= eval_.rollback_after) roll_back_to_stable();
 }
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "moerl/core/check.h"
+#include "moerl/core/join.h"
 
 namespace moerl::runtime {
 namespace {
@@ -20,12 +21,7 @@ bool matches_any(const std::vector<std::string>& patterns, const std::string& ho
   return false;
 }
 
-std::string joined(const std::set<std::string>& names) {
-  if (names.empty()) return "none";
-  std::string text;
-  for (const std::string& name : names) text += (text.empty() ? "" : ", ") + name;
-  return text;
-}
+std::string joined(const std::set<std::string>& names) { return names.empty() ? "none" : join(names, ", "); }
 
 std::string pattern_list(const std::vector<std::string>& patterns) {
   std::string text = "[";
