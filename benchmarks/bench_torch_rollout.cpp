@@ -7,7 +7,10 @@
 // attention over the context) divided by the GFLOP/s of a large matmul
 // measured on this machine.
 // `moerl bench rollout [--config C] [--set k=v] [--init FILE|hf:DIR]`
-// decodes with a run's policy and real weights instead of random ones.
+// decodes with a run's policy and real weights instead of random ones;
+// `--recompute 0` times the engine alone (the baseline's full forwards cost
+// more than the engine's steps at long contexts, and a peer comparison,
+// scripts/bench_peer.sh, does not use them).
 
 #include <algorithm>
 #include <chrono>
@@ -135,6 +138,7 @@ Measured run_recompute(model::Policy& policy, std::int64_t sessions, std::int64_
 struct RolloutSizes {
   std::vector<std::int64_t> sessions, contexts;
   std::int64_t steps = 32;
+  bool recompute = true;  // --recompute 0 skips the full-recompute baseline
 };
 
 RolloutSizes default_sizes(bool quick) {
@@ -165,6 +169,8 @@ model::Policy rollout_policy(const BenchOptions& options, RolloutSizes& sizes) {
       sizes.sessions = number_list(value(), option);
     else if (option == "--contexts")
       sizes.contexts = number_list(value(), option);
+    else if (option == "--recompute")
+      sizes.recompute = whole_number(value(), "bench rollout", option) != 0;
     else if (option == "--steps")
       sizes.steps = std::max<std::int64_t>(1, whole_number(value(), "bench rollout", option));
     else
@@ -172,9 +178,10 @@ model::Policy rollout_policy(const BenchOptions& options, RolloutSizes& sizes) {
     ++own_options;
     return true;
   };
-  PolicyBenchArgs args = parse_policy_bench_args(
-      options.args, "bench rollout",
-      "--config F, --set section.key=value, --init FILE|hf:DIR, --sessions N,N,.., --contexts N,N,.., --steps N", own);
+  PolicyBenchArgs args = parse_policy_bench_args(options.args, "bench rollout",
+                                                 "--config F, --set section.key=value, --init FILE|hf:DIR, --sessions "
+                                                 "N,N,.., --contexts N,N,.., --steps N, --recompute 0|1",
+                                                 own);
   if (options.args.size() == 2 * static_cast<size_t>(own_options)) {
     config::ModelSection model;  // defaults
     config::MoeSection moe;
@@ -220,7 +227,7 @@ BenchReport run_rollout_bench(const BenchOptions& options) {
       // The recompute baseline costs sessions x context tokens per step:
       // fewer steps where that is large (tokens/s is per step anyway).
       const std::int64_t full_steps = std::clamp<std::int64_t>(steps * 4096 / (sessions * ctx), 2, steps);
-      const Measured full = run_recompute(policy, sessions, ctx, full_steps);
+      const Measured full = sizes.recompute ? run_recompute(policy, sessions, ctx, full_steps) : Measured{};
       const double mid_ctx = static_cast<double>(ctx) + static_cast<double>(steps) / 2;
       const double flops = flops_per_token(policy, mid_ctx);
       BenchCase c;
@@ -240,8 +247,10 @@ BenchReport run_rollout_bench(const BenchOptions& options) {
                    {"matmul_GFLOPs", peak}};
       // The baseline's useful work is the same tokens; the recomputed
       // context is its waste, so only tokens/s and latency are comparable.
-      c.baseline = {{"tokens_per_s", full.tokens_per_s}, {"p99_step_ms", full.p99_step_s * 1e3}};
-      c.ratio_metric = "tokens_per_s";
+      if (sizes.recompute) {
+        c.baseline = {{"tokens_per_s", full.tokens_per_s}, {"p99_step_ms", full.p99_step_s * 1e3}};
+        c.ratio_metric = "tokens_per_s";
+      }
       report.cases.push_back(c);
     }
   }

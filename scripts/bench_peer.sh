@@ -97,7 +97,7 @@ for r in $(seq 1 "$rounds"); do
   for t in $threads; do
     echo "bench_peer: round $r of $rounds, decode at $t thread(s)"
     run "moerl-decode-r$r-t$t" env OMP_NUM_THREADS="$t" "$MOERL" bench rollout --threads "$t" --init "hf:$WORK/hf" "${SHAPE[@]}" \
-      --sessions "$SESSIONS" --contexts "$CONTEXTS" --steps "$STEPS" --out "$WORK/moerl-decode-r$r-t$t.json"
+      --sessions "$SESSIONS" --contexts "$CONTEXTS" --steps "$STEPS" --recompute 0 --out "$WORK/moerl-decode-r$r-t$t.json"
     [ "$moerl_only" = 1 ] ||
       run "peer-decode-r$r-t$t" sh -c "OMP_NUM_THREADS=$t '$PY' '$ROOT/benchmarks/peer/peer_decode.py' --model '$WORK/hf' \
         --sessions $SESSIONS --contexts $CONTEXTS --steps $STEPS --threads $t >'$WORK/peer-decode-r$r-t$t.json'"

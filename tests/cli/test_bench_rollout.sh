@@ -21,6 +21,14 @@ for c in init_cases:
     p = c["params"]
     assert (p["d_model"], p["layers"], p["experts"]) == (32, 1, 4), p
 PY
+# --recompute 0: the engine alone, no baseline (what scripts/bench_peer.sh times).
+"$MOERL" bench rollout --quick --recompute 0 --out engine.json >engine.txt 2>&1
+expect_status 0 $? "bench rollout --recompute 0"
+python3 - engine.json <<'PY' || fail "bench rollout --recompute 0: the cases"
+import json, sys
+cases = json.load(open(sys.argv[1]))["cases"]
+assert cases and all(c["metrics"]["tokens_per_s"] > 0 and not c.get("baseline") for c in cases), cases
+PY
 "$MOERL" bench rollout --quick --init "$WORK/no-such.pt" >missing.txt 2>&1
 [ $? -ne 0 ] || fail "bench rollout --init of a missing file succeeded"
 expect_contains missing.txt "no-such.pt" "bench rollout: the missing file named"
