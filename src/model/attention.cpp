@@ -54,19 +54,35 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths, co
     batch.cache_slots = to_tensor(slots);
     batch.token_slots = to_tensor(token_slots);
   }
+  return batch;
+}
+
+const torch::Tensor& AttentionBatch::allowed() const {
+  if (allowed_.defined()) return allowed_;
+  const torch::Device device = positions.device();
+  const auto i64 = torch::TensorOptions().dtype(torch::kLong);
+  auto to_tensor = [&](const std::vector<std::int64_t>& v) { return torch::tensor(v, i64).to(device); };
   // allowed[b, i, j] = j <= past[b] + i  &&  j < past[b] + lengths[b]
-  const torch::Tensor past_t = to_tensor(past);               // [B]
-  const torch::Tensor total_t = past_t + to_tensor(lengths);  // [B]
+  const torch::Tensor past_t = to_tensor(row_past);               // [B]
+  const torch::Tensor total_t = past_t + to_tensor(row_lengths);  // [B]
   const torch::Tensor query_pos =
       past_t.unsqueeze(1) + torch::arange(max_new, i64.device(device)).unsqueeze(0);  // [B, S]
-  const torch::Tensor key_pos = torch::arange(batch.max_total, i64.device(device));   // [L]
-  torch::Tensor allowed =
+  const torch::Tensor key_pos = torch::arange(max_total, i64.device(device));         // [L]
+  torch::Tensor mask =
       key_pos.view({1, 1, -1}).le(query_pos.unsqueeze(2)) & key_pos.view({1, 1, -1}).lt(total_t.view({-1, 1, 1}));
-  if (sliding_window > 0) {
-    allowed = allowed & key_pos.view({1, 1, -1}).gt(query_pos.unsqueeze(2) - sliding_window);
+  if (sliding_window > 0) mask = mask & key_pos.view({1, 1, -1}).gt(query_pos.unsqueeze(2) - sliding_window);
+  allowed_ = mask.view({batch, 1, 1, max_new, max_total});
+  return allowed_;
+}
+
+const RotaryAngles& AttentionBatch::rotary_for(std::int64_t head_dim, double theta, torch::ScalarType dtype) const {
+  if (!rotary_.cos.defined() || head_dim != rotary_head_dim_ || theta != rotary_theta_ || dtype != rotary_dtype_) {
+    rotary_ = rotary_angles(positions, head_dim, theta, dtype);
+    rotary_head_dim_ = head_dim;
+    rotary_theta_ = theta;
+    rotary_dtype_ = dtype;
   }
-  batch.allowed = allowed.view({rows, 1, 1, max_new, batch.max_total});
-  return batch;
+  return rotary_;
 }
 
 AttentionImpl::AttentionImpl(const config::ModelSection& model)
@@ -126,8 +142,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatc
   MOERL_CHECK(T == batch.tokens,
               "attention: x has " + std::to_string(T) + " tokens, the batch describes " + std::to_string(batch.tokens));
 
-  const torch::Tensor q = apply_rotary(project_query(x), batch.positions, rope_theta);
-  const torch::Tensor k = apply_rotary(project_key(x), batch.positions, rope_theta);
+  const RotaryAngles& rotary = batch.rotary_for(head_dim, rope_theta, x.scalar_type());
+  const torch::Tensor q = apply_rotary(project_query(x), rotary);
+  const torch::Tensor k = apply_rotary(project_key(x), rotary);
   const torch::Tensor v = v_proj(x).view({T, num_kv_heads, head_dim});
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
@@ -179,7 +196,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const AttentionBatc
   // A large finite fill instead of -inf: a padding query row may have every
   // key masked only if its sequence were empty (rejected above), but a finite
   // value also keeps gradients free of NaN should that ever change.
-  scores = scores.masked_fill(batch.allowed.logical_not(), -std::numeric_limits<float>::max());
+  scores = scores.masked_fill(batch.allowed().logical_not(), -std::numeric_limits<float>::max());
   const torch::Tensor probs = torch::softmax(scores, -1).to(x.scalar_type()).view({B, num_kv_heads, group * S, L});
   const torch::Tensor context = torch::matmul(probs, v_t)  // [B, kvh, G*S, D]
                                     .view({B, num_kv_heads, group, S, head_dim})

@@ -30,25 +30,37 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return (xf * inv_rms).to(x.scalar_type()) * weight;
 }
 
-torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, double theta) {
-  MOERL_CHECK(x.dim() == 3, "apply_rotary expects x as [T, heads, head_dim], got " + std::to_string(x.dim()) + " dims");
-  const std::int64_t tokens = x.size(0);
-  const std::int64_t head_dim = x.size(2);
-  const std::int64_t half = head_dim / 2;
+RotaryAngles rotary_angles(const torch::Tensor& positions, std::int64_t head_dim, double theta,
+                           torch::ScalarType dtype) {
   MOERL_CHECK(head_dim % 2 == 0, "rotary head_dim must be even, got " + std::to_string(head_dim));
-  MOERL_CHECK(positions.dim() == 1 && positions.size(0) == tokens,
-              "apply_rotary: positions must be [T] with T = " + std::to_string(tokens));
+  MOERL_CHECK(positions.dim() == 1, "rotary: positions must be [T]");
+  const std::int64_t half = head_dim / 2;
   // Angles in float64: identical for the same position whatever the batch
   // composition, and accurate at long positions.
-  const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(x.device());
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(positions.device());
   const torch::Tensor inv_freq =
       torch::pow(theta, torch::arange(0, half, f64).mul(-2.0 / static_cast<double>(head_dim)));
   const torch::Tensor angles = positions.to(f64).unsqueeze(1) * inv_freq.unsqueeze(0);  // [T, half]
-  const torch::Tensor cos = angles.cos().to(x.scalar_type()).unsqueeze(1);              // [T, 1, half]
-  const torch::Tensor sin = angles.sin().to(x.scalar_type()).unsqueeze(1);              // [T, 1, half]
+  return {angles.cos().to(dtype).unsqueeze(1), angles.sin().to(dtype).unsqueeze(1)};    // [T, 1, half] each
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryAngles& angles) {
+  MOERL_CHECK(x.dim() == 3, "apply_rotary expects x as [T, heads, head_dim], got " + std::to_string(x.dim()) + " dims");
+  const std::int64_t half = x.size(2) / 2;
+  MOERL_CHECK(angles.cos.dim() == 3 && angles.cos.size(0) == x.size(0) && angles.cos.size(2) == half &&
+                  angles.cos.scalar_type() == x.scalar_type(),
+              "apply_rotary: the angles are not [T, 1, head_dim / 2] of x's dtype for x of " +
+                  std::to_string(x.size(0)) + " tokens");
   const torch::Tensor x1 = x.narrow(2, 0, half);
   const torch::Tensor x2 = x.narrow(2, half, half);
-  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, /*dim=*/2);
+  return torch::cat({x1 * angles.cos - x2 * angles.sin, x2 * angles.cos + x1 * angles.sin}, /*dim=*/2);
+}
+
+torch::Tensor apply_rotary(const torch::Tensor& x, const torch::Tensor& positions, double theta) {
+  MOERL_CHECK(x.dim() == 3, "apply_rotary expects x as [T, heads, head_dim], got " + std::to_string(x.dim()) + " dims");
+  MOERL_CHECK(positions.dim() == 1 && positions.size(0) == x.size(0),
+              "apply_rotary: positions must be [T] with T = " + std::to_string(x.size(0)));
+  return apply_rotary(x, rotary_angles(positions, x.size(2), theta, x.scalar_type()));
 }
 
 SwiGluFeedForwardImpl::SwiGluFeedForwardImpl(std::int64_t d_model, std::int64_t d_ff) {

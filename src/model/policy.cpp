@@ -56,7 +56,8 @@ DecoderLayerOutput DecoderLayerImpl::forward(const torch::Tensor& x, const Atten
   const torch::Tensor h = x + self_attn(input_layernorm(x), batch, cache, layer_index);
   const torch::Tensor normed = post_attention_layernorm(h);
   if (is_moe()) {
-    out.moe = moe_mlp->forward(normed, forced_experts);
+    // A cached forward is a rollout step: nothing trains on its losses.
+    out.moe = moe_mlp->forward(normed, forced_experts, /*with_losses=*/cache == nullptr);
     out.has_moe = true;
     out.hidden = h + out.moe.hidden;
   } else {
@@ -274,7 +275,7 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
 
   torch::Tensor h = embed_tokens(ids);  // [T, d_model]
   std::vector<torch::Tensor> indices;
-  torch::Tensor aux = torch::zeros({}, h.options());
+  torch::Tensor aux;  // defined once a MoE layer returns a loss (not in a cached forward)
   std::int64_t m = 0;
   for (auto& layer : decoder_layers) {
     torch::Tensor forced;
@@ -283,7 +284,7 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
     h = step.hidden;
     if (step.has_moe) {
       indices.push_back(step.moe.expert_indices);
-      aux = aux + step.moe.aux_loss;
+      if (step.moe.aux_loss.defined()) aux = aux.defined() ? aux + step.moe.aux_loss : step.moe.aux_loss;
       out.router_stats.push_back(std::move(step.moe.stats));
       ++m;
     }
@@ -304,7 +305,8 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
   const auto logits_dtype = out.logits.scalar_type();
   if (logits_dtype == torch::kBFloat16 || logits_dtype == torch::kHalf) out.logits = out.logits.to(torch::kFloat);
   if (!indices.empty()) out.expert_indices = torch::stack(indices, 1);  // [T, moe_layers, active experts]
-  out.aux_loss = aux;
+  // 0 for a model without MoE layers; undefined for a cached forward.
+  out.aux_loss = aux.defined() || cache != nullptr ? aux : torch::zeros({}, h.options());
   return out;
 }
 

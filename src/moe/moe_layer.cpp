@@ -158,7 +158,8 @@ torch::Tensor shared_expert_output(MoeFeedForwardImpl& layer, const torch::Tenso
   return y;
 }
 
-MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Tensor& forced_experts) {
+MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Tensor& forced_experts,
+                                      bool with_losses) {
   namespace F = torch::nn::functional;
   check_input(x_in, d_model_);
   const std::int64_t tokens = x_in.size(0);
@@ -166,7 +167,7 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Te
   const auto x = as_dtype(x_in, dt);  // [T, d_model]
   const auto rt = at_least_float(dt);
   auto logits = F::linear(as_dtype(x, rt), as_dtype(gate->weight, rt));  // [T,E]
-  RouteResult r = route(logits, routing_, forced_experts);
+  RouteResult r = route(logits, routing_, forced_experts, with_losses);
   // With an expert group the rows leave in one piece per member: no padding
   // between experts here, the receiving member pads its own (block_size).
   RoutePlan plan = make_route_plan(r.expert_indices, moe_.num_experts, expert_capacity(routing_, tokens),
@@ -182,8 +183,9 @@ MoeOutput MoeFeedForwardImpl::forward(const torch::Tensor& x_in, const torch::Te
   out.hidden = combine(expert_out, r.gates, plan);  // [T, d_model]
   if (shared_expert) out.hidden = out.hidden + shared_expert_output(*this, x);
   out.expert_indices = r.expert_indices;
-  out.aux_loss = (moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss)
-                     .to(rt);  // the router's dtype: float32 at least
+  if (with_losses)
+    out.aux_loss = (moe_.aux_loss_weight * r.balance_loss + moe_.z_loss_weight * r.z_loss)
+                       .to(rt);  // the router's dtype: float32 at least
   if (!collect_stats_) return out;
   // Statistics are host values: one small device-to-host copy per forward,
   // after all the launches of the layer have been queued.

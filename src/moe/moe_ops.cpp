@@ -535,7 +535,8 @@ RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t expe
   return p;
 }
 
-RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe, const torch::Tensor& forced_experts) {
+RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe, const torch::Tensor& forced_experts,
+                  bool with_losses) {
   TORCH_CHECK(logits.dim() == 2, "moe: router logits must be [T,E], got ", logits.sizes());
   const std::int64_t tokens = logits.size(0), experts = logits.size(1), top_k = moe.top_k;
   TORCH_CHECK(top_k >= 1 && top_k <= experts, "moe: top_k=", top_k, " must be in [1, ", experts, "]");
@@ -561,6 +562,7 @@ RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe, co
   // weights bf16 expert rows with float gates, and the gate gradient is a
   // float sum (moe_ops.h).
   r.gates = r.gates.contiguous();
+  if (!with_losses) return r;
   if (tokens == 0) {
     r.balance_loss = torch::zeros({}, lg.options());
     r.z_loss = torch::zeros({}, lg.options());

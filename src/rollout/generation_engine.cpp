@@ -413,6 +413,7 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
   if (out.expert_indices.defined()) routing = out.expert_indices.to(torch::kCPU).contiguous();
   const std::int64_t per_token = moe_layers_ * top_k_;
   const torch::Tensor last = out.last_token.to(torch::kCPU).contiguous();
+  const std::int64_t* last_token = last.data_ptr<std::int64_t>();  // read per row: no tensor op per session
   bool any_sampling = false;
   for (const Row& r : rows)
     any_sampling |= r.session->generating && r.session->fed + r.count == feed_target(*r.session);
@@ -434,7 +435,7 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
     offset += r.count;
     if (s.generating && s.fed == static_cast<std::int64_t>(s.context.size())) {
       const std::int64_t* route = nullptr;
-      if (routing.defined()) route = routing.data_ptr<std::int64_t>() + last[b].item<std::int64_t>() * per_token;
+      if (routing.defined()) route = routing.data_ptr<std::int64_t>() + last_token[b] * per_token;
       sample_for(s, logits.data_ptr<double>() + b * vocab_, route, finished);
     }
   }

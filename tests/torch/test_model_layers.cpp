@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "moerl/model/attention.h"
 #include "moerl/model/kv_cache.h"
 #include "moerl/model/rms_norm.h"
 #include "moerl/model/rotary.h"
@@ -107,6 +108,22 @@ TEST_CASE("rotary embedding: gradients, norm preservation, relative positions", 
   const double angle = 3.0 * std::pow(theta, -2.0 / 8.0);
   CHECK(r[0][0][1].item<double>() == Approx(std::cos(angle)).epsilon(1e-12));
   CHECK(r[0][0][5].item<double>() == Approx(std::sin(angle)).epsilon(1e-12));
+}
+
+TEST_CASE("rotary angles computed once per batch rotate as the one-shot call does", "[model][layers]") {
+  const double theta = 10000.0;
+  const auto batch = moerl::model::AttentionBatch::make({3, 1}, {0, 5}, {}, 3, torch::kCPU);
+  const torch::Tensor x = torch::randn({4, 2, 8}, torch::kDouble);
+  const auto& angles = batch.rotary_for(8, theta, torch::kDouble);
+  CHECK(torch::equal(moerl::model::apply_rotary(x, angles), moerl::model::apply_rotary(x, batch.positions, theta)));
+  // A second layer asking for the same sizes gets the same tensors, not new ones.
+  CHECK(batch.rotary_for(8, theta, torch::kDouble).cos.is_same(angles.cos));
+  // Other sizes or dtypes are computed afresh.
+  const auto& wider = batch.rotary_for(16, theta, torch::kFloat);
+  CHECK(wider.cos.size(2) == 8);
+  CHECK(wider.cos.scalar_type() == torch::kFloat);
+  // Angles that do not fit x are refused with the reason.
+  CHECK_THROWS_WITH(moerl::model::apply_rotary(x, wider), Catch::Contains("head_dim / 2"));
 }
 
 TEST_CASE("KV cache bookkeeping: add, grow, remove, reuse", "[model][kvcache]") {

@@ -104,6 +104,9 @@ void check_cache_matches_full_forward(torch::Dtype dtype, const MoeSection& moe,
     CHECK(unpacked.size(0) == 5);
     CHECK(max_abs_diff(unpacked[2].narrow(0, 0, 12), ref_logits[2]) <= tolerance);
     CHECK(max_abs_diff(out.next_token_logits()[1], ref_logits[1][4]) <= tolerance);
+    // A whole forward carries the auxiliary loss (0 for a dense model).
+    REQUIRE(out.aux_loss.defined());
+    CHECK(out.aux_loss.dim() == 0);
     // The head at chosen rows only: the same logits as those rows of the full
     // forward, in the order asked, and the same hidden states everywhere.
     const torch::Tensor rows = torch::tensor({20, 0, 3, 9, 38, 21}, torch::kLong);
@@ -152,6 +155,8 @@ void check_cache_matches_full_forward(torch::Dtype dtype, const MoeSection& moe,
     // rollout engine does); they must equal each row's last full logits.
     const bool next_only = step_index % 2 == 1;
     auto out = policy->forward_cached(tokens, lengths, cache, row_ids, torch::Tensor(), next_only);
+    // A cached forward (a rollout step) trains on nothing: no auxiliary loss.
+    CHECK_FALSE(out.aux_loss.defined());
     if (next_only) {
       CHECK(out.logits.size(0) == static_cast<std::int64_t>(step.rows.size()));
       std::int64_t row = 0;

@@ -17,6 +17,7 @@
 
 #include "moerl/config/sections.h"
 #include "moerl/model/rms_norm.h"
+#include "moerl/model/rotary.h"
 
 namespace moerl::model {
 
@@ -33,7 +34,6 @@ struct AttentionBatch {
   torch::Tensor token_row;                // [T] int64: b of each packed token
   torch::Tensor positions;                // [T] int64: past[b] + i
   torch::Tensor last_token;               // [B] int64: packed index of row b's last token
-  torch::Tensor allowed;                  // [B, 1, 1, S, L] bool: query (b, i) may attend key j
   torch::Tensor cache_slots;              // [B] int64: KV-cache slot of each row; undefined without cache
   torch::Tensor token_slots;              // [T] int64: cache slot of each packed token; undefined without cache
   std::vector<std::int64_t> row_lengths;  // [B] on the host: lengths, for the fused CPU paths
@@ -49,6 +49,24 @@ struct AttentionBatch {
   static AttentionBatch make(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& past,
                              const std::vector<std::int64_t>& slots, std::int64_t max_new, const torch::Device& device,
                              std::int64_t sliding_window = 0);
+
+  // [B, 1, 1, S, L] bool: query (b, i) may attend key j. Only the padded
+  // attention path reads it (GPUs, bf16, an int8 cache): built on first use.
+  const torch::Tensor& allowed() const;
+
+  // RoPE angles of `positions` for heads of head_dim in dtype: computed by
+  // the first layer that asks and reused by every later one (all layers
+  // rotate the same positions), recomputed if one asks for other sizes.
+  const RotaryAngles& rotary_for(std::int64_t head_dim, double theta, torch::ScalarType dtype) const;
+
+ private:
+  // Caches of one forward, which uses a batch from one thread: filled
+  // lazily behind the const accessors above.
+  mutable torch::Tensor allowed_;
+  mutable RotaryAngles rotary_;
+  mutable std::int64_t rotary_head_dim_ = 0;
+  mutable double rotary_theta_ = 0;
+  mutable torch::ScalarType rotary_dtype_ = torch::kFloat;
 };
 
 // model.head_dim, or d_model / num_heads when that is 0.

@@ -61,6 +61,7 @@ struct PolicyOutput {
   torch::Tensor hidden;                        // [T, d_model] final normed hidden state (for value heads)
   torch::Tensor expert_indices;                // [T, moe_layers, active_experts()] int64; undefined without MoE layers
   torch::Tensor aux_loss;                      // scalar: sum over MoE layers (already weighted); 0 without
+                                               // them; undefined from forward_cached (rollouts)
   std::vector<moe::RouterStats> router_stats;  // one per MoE layer, in layer order
   torch::Tensor token_index;                   // [T] int64: b * S + s of each packed token
   torch::Tensor last_token;                    // [B] int64: packed index of each row's last real token

@@ -62,7 +62,8 @@ struct RouterStats {                            // per layer, per forward
 struct MoeOutput {
   torch::Tensor hidden;          // [T, d_model]
   torch::Tensor expert_indices;  // [T, top_k] int64: the experts actually used
-  torch::Tensor aux_loss;        // scalar: aux_loss_weight*balance + z_loss_weight*z
+  torch::Tensor aux_loss;        // scalar: aux_loss_weight*balance + z_loss_weight*z; undefined
+                                 // when forward ran without losses
   RouterStats stats;
 };
 
@@ -99,8 +100,11 @@ class MoeFeedForwardImpl : public torch::nn::Module {
   MoeFeedForwardImpl(const config::ModelSection& model, const config::MoeSection& moe,
                      std::shared_ptr<ExpertExchange> expert_group = nullptr);
   // x: [T, d_model] (dtype rule above); forced_experts: undefined, or
-  // [T, active_experts()] int64 (routing replay)
-  MoeOutput forward(const torch::Tensor& x, const torch::Tensor& forced_experts = torch::Tensor());
+  // [T, active_experts()] int64 (routing replay). with_losses = false
+  // leaves aux_loss undefined and skips computing it (a decode step trains
+  // on nothing; the losses were about 15 small serial tensor ops per layer).
+  MoeOutput forward(const torch::Tensor& x, const torch::Tensor& forced_experts = torch::Tensor(),
+                    bool with_losses = true);
 
   const config::MoeSection& moe_config() const { return moe_; }
   // The routed experts this layer holds: all of them without an expert group.

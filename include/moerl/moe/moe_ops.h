@@ -43,8 +43,8 @@ RoutePlan make_route_plan(const torch::Tensor& expert_indices, std::int64_t expe
 struct RouteResult {
   torch::Tensor expert_indices;  // [T,k] int64 (forced ones when given)
   torch::Tensor gates;           // [T,k] gate weights, differentiable in the logits
-  torch::Tensor balance_loss;    // scalar: E * sum_e f_e * P_e
-  torch::Tensor z_loss;          // scalar: mean_t logsumexp(logits_t)^2
+  torch::Tensor balance_loss;    // scalar: E * sum_e f_e * P_e; undefined without with_losses
+  torch::Tensor z_loss;          // scalar: mean_t logsumexp(logits_t)^2; undefined without with_losses
 };
 
 // logits [T,E]. forced_experts: undefined or [T,k] int64 (routing replay: the
@@ -52,8 +52,10 @@ struct RouteResult {
 // f_e counts the chosen (not forced-away) assignments before capacity; P_e is
 // the mean router probability. Softmax, top-k, gates and losses are computed
 // in float32 for float32, bf16 or float16 logits (double stays double).
+// with_losses = false skips the two losses (about 15 small tensor ops per
+// layer that a decode step, which trains on nothing, would pay serially).
 RouteResult route(const torch::Tensor& logits, const config::MoeSection& moe,
-                  const torch::Tensor& forced_experts = torch::Tensor());
+                  const torch::Tensor& forced_experts = torch::Tensor(), bool with_losses = true);
 
 // x [T,H] -> [rows,H] in expert-contiguous order; padding rows are zero.
 torch::Tensor dispatch(const torch::Tensor& x, const RoutePlan& plan);
