@@ -97,7 +97,10 @@ Measured run_engine(model::Policy& policy, std::int64_t sessions, std::int64_t c
   rollout::GenerationEngine engine(policy, options);
   std::vector<std::vector<std::int64_t>> prompts;
   for (std::int64_t s = 0; s < sessions; ++s) prompts.push_back(make_prompt(ctx, s));
-  const DecodeTiming timing = time_decode_steps(engine, prompts, steps);
+  // Two untimed steps after the prefill, as the peer's loop takes
+  // (benchmarks/peer/peer_decode.py), so both sides time the same steps.
+  constexpr std::int64_t kWarmupSteps = 2;
+  const DecodeTiming timing = time_decode_steps(engine, prompts, steps, kWarmupSteps);
   Measured m;
   m.tokens_per_s = timing.tokens_per_s();
   m.p99_step_s = percentile(timing.step_s, 0.99);
@@ -217,7 +220,8 @@ BenchReport run_rollout_bench(const BenchOptions& options) {
   const std::vector<std::int64_t>& contexts = sizes.contexts;
   const std::int64_t steps = sizes.steps;
   for (std::int64_t ctx : contexts) {
-    if (ctx + steps + 1 > model.max_seq_len) {
+    // The prompt, the prefill's token, two warm-up steps and the timed ones must stay below the budget.
+    if (ctx + steps + 3 >= model.max_seq_len) {
       std::fprintf(stderr, "bench rollout: context %lld skipped: model.max_seq_len is %lld\n",
                    static_cast<long long>(ctx), static_cast<long long>(model.max_seq_len));
       continue;
