@@ -532,6 +532,7 @@ void Learner::report(const StepStats& st, double elapsed_s, std::int64_t first_s
   m.set("learner.kl", st.kl);
   m.set("learner.entropy", st.entropy);
   m.set("learner.loss", st.loss);
+  m.set("learner.grad_norm", st.grad_norm);
   m.set("learner.group_explained_variance", st.group_explained_variance);
   if (value_head_) {
     m.set("learner.value_loss", st.value_loss);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "moerl/algo/advantages.h"
 #include "moerl/algo/policy_loss.h"
@@ -431,8 +432,11 @@ StepStats Learner::update(const std::vector<const rollout::Trajectory*>& episode
   if (learners_ > 1) learner_comm_.allreduce_sum(&all_tokens, 1, comm::DataType::Float64, settings_.message_timeout_s);
   allreduce_gradients();
   if (all_tokens > 0) {
-    if (settings_.optim.grad_clip > 0)
-      torch::nn::utils::clip_grad_norm_(policy_->parameters(), settings_.optim.grad_clip);
+    // The norm before clipping is a metric either way (a late collapse shows
+    // in it first); with no clip the call only measures.
+    const double clip =
+        settings_.optim.grad_clip > 0 ? settings_.optim.grad_clip : std::numeric_limits<double>::infinity();
+    st.grad_norm = torch::nn::utils::clip_grad_norm_(policy_->parameters(), clip);
     if (value_head_ && settings_.optim.grad_clip > 0)
       torch::nn::utils::clip_grad_norm_(value_head_->parameters(), settings_.optim.grad_clip);
     auto& groups = optimizer_->param_groups();

@@ -73,7 +73,7 @@ def finite(x):
     return isinstance(x, (int, float)) and math.isfinite(x)
 lines = [json.loads(l) for l in open(run + "/metrics.jsonl")]
 assert [l["step"] for l in lines] == [1, 2, 3, 4], [l["step"] for l in lines]
-wanted = ["learner.loss", "learner.reward_mean", "learner.entropy"]
+wanted = ["learner.loss", "learner.reward_mean", "learner.entropy", "learner.grad_norm"]
 if objective == "ppo":
     wanted += ["learner.value_loss", "learner.value_mean", "learner.explained_variance"]
 for l in lines:
@@ -81,6 +81,9 @@ for l in lines:
     for name in wanted:
         # metrics.jsonl writes a non-finite number as null
         assert finite(gauges.get(name)), "step %d: %s = %r" % (l["step"], name, gauges.get(name))
+# The gradient norm is measured (with or without clipping) and some step moved the weights.
+norms = [l["roles"]["learner"]["gauges"]["learner.grad_norm"] for l in lines]
+assert all(n >= 0 for n in norms) and max(norms) > 0, norms
 s = json.load(open(run + "/summary.json"))
 assert s["steps_completed"] == 4, s["steps_completed"]
 for phase in ("before", "after"):

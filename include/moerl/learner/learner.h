@@ -103,6 +103,7 @@ struct StepStats {
   double clip_fraction = 0;
   double kl = 0;
   double entropy = 0;
+  double grad_norm = 0;   // the policy's gradient norm before clipping (0 when nothing was updated)
   double value_loss = 0;  // PPO only
   double value_mean = 0;
   double explained_variance = 0;
