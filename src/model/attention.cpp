@@ -9,6 +9,14 @@
 #include "moerl/model/rotary.h"
 
 namespace moerl::model {
+namespace {
+
+// A host vector of indices as an int64 tensor on device.
+torch::Tensor index_tensor(const std::vector<std::int64_t>& values, const torch::Device& device) {
+  return torch::tensor(values, torch::TensorOptions().dtype(torch::kLong)).to(device);
+}
+
+}  // namespace
 
 AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths, const std::vector<std::int64_t>& past,
                                     const std::vector<std::int64_t>& slots, std::int64_t max_new,
@@ -44,15 +52,13 @@ AttentionBatch AttentionBatch::make(const std::vector<std::int64_t>& lengths, co
     last_token.push_back(static_cast<std::int64_t>(token_index.size()) - 1);
   }
   batch.tokens = static_cast<std::int64_t>(token_index.size());
-  const auto i64 = torch::TensorOptions().dtype(torch::kLong);
-  auto to_tensor = [&](const std::vector<std::int64_t>& v) { return torch::tensor(v, i64).to(device); };
-  batch.token_index = to_tensor(token_index);
-  batch.token_row = to_tensor(token_row);
-  batch.positions = to_tensor(positions);
-  batch.last_token = to_tensor(last_token);
+  batch.token_index = index_tensor(token_index, device);
+  batch.token_row = index_tensor(token_row, device);
+  batch.positions = index_tensor(positions, device);
+  batch.last_token = index_tensor(last_token, device);
   if (!slots.empty()) {
-    batch.cache_slots = to_tensor(slots);
-    batch.token_slots = to_tensor(token_slots);
+    batch.cache_slots = index_tensor(slots, device);
+    batch.token_slots = index_tensor(token_slots, device);
   }
   return batch;
 }
@@ -61,10 +67,9 @@ const torch::Tensor& AttentionBatch::allowed() const {
   if (allowed_.defined()) return allowed_;
   const torch::Device device = positions.device();
   const auto i64 = torch::TensorOptions().dtype(torch::kLong);
-  auto to_tensor = [&](const std::vector<std::int64_t>& v) { return torch::tensor(v, i64).to(device); };
   // allowed[b, i, j] = j <= past[b] + i  &&  j < past[b] + lengths[b]
-  const torch::Tensor past_t = to_tensor(row_past);               // [B]
-  const torch::Tensor total_t = past_t + to_tensor(row_lengths);  // [B]
+  const torch::Tensor past_t = index_tensor(row_past, device);               // [B]
+  const torch::Tensor total_t = past_t + index_tensor(row_lengths, device);  // [B]
   const torch::Tensor query_pos =
       past_t.unsqueeze(1) + torch::arange(max_new, i64.device(device)).unsqueeze(0);  // [B, S]
   const torch::Tensor key_pos = torch::arange(max_total, i64.device(device));         // [L]
