@@ -9,7 +9,10 @@
 source "$(dirname "$0")/lib.sh" "$@"
 needs_ulfm
 pretrain_tiny
-STEPS=40
+# A release takes a few seconds of wall time (the ctl process, learner 0's
+# grace, the loss's detection); the tiny job runs about 40 steps a second, so
+# its runs are long enough to outlast a release several times over.
+STEPS=300
 
 start() {  # start NAME [extra args...]: 1 learner, 2 actors, 2 env workers (ranks 3, 4), in the background
   local name=$1
@@ -101,7 +104,7 @@ expect_contains last_list.txt "valid" "last: a checkpoint written at the stop"
 # 5. Scale back up: release env worker 1 (rank 4), add it back; SIGKILL env
 # worker 0 (rank 3), add it back. Every step completes, no session fails,
 # both new processes serve sessions to the end.
-STEPS=400
+STEPS=1000
 start rejoin --set optim.total_steps=$STEPS --set checkpoint.every_steps=0
 wait_for_line rejoin.txt "step 2/$STEPS " 120 || fail "rejoin: step 2 never came"
 first_pid=$(rank_pid rejoin 4)
