@@ -85,8 +85,10 @@ void Coordinator::serve_once() {
     lost = heartbeat_->take_lost();
   }
   std::lock_guard<std::mutex> lock(mutex_);
+  // One clock reading for the whole pass: a recovery declared here and found
+  // complete in the same pass then takes 0 s, never a negative time.
   const double now = now_s();
-  for (const runtime::LostRank& rank : lost) on_rank_lost(rank);
+  for (const runtime::LostRank& rank : lost) on_rank_lost(rank, now);
   tasks_.serve(version_);
   take_messages(now);
   // After take_messages: an actor's episodes were sent before its last word,

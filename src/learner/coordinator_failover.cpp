@@ -73,7 +73,7 @@ void Coordinator::tell_living_ranks(const runtime::RankLost& notice) {
   }
 }
 
-void Coordinator::on_rank_lost(const runtime::LostRank& lost) {
+void Coordinator::on_rank_lost(const runtime::LostRank& lost, double now) {
   // An env worker released on its request (coordinator_release.cpp) leaves as a lost one does, on purpose.
   const auto release = released_.find(lost.rank);
   const bool released = release != released_.end();
@@ -85,7 +85,6 @@ void Coordinator::on_rank_lost(const runtime::LostRank& lost) {
     spdlog::error("{}", lost.describe());
     telemetry::metrics().add("coordinator.lost_ranks");
   }
-  const double now = runtime::monotonic_seconds();
   runtime::RankLost notice{lost.rank,       runtime::role_name(lost.role),
                            lost.role_index, lost.host,
                            lost.pid,        released ? "released on its " + release->second : lost.why};

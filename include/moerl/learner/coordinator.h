@@ -146,7 +146,7 @@ class Coordinator {
   void take_messages(double now);
   void take_episode(int source, rollout::Trajectory episode, double now);
   void drop_malformed(const runtime::MessageError& error, bool lost_episode);
-  void on_rank_lost(const runtime::LostRank& lost);
+  void on_rank_lost(const runtime::LostRank& lost, double now);
   // Why the job cannot go on without `lost` ("" when it can).
   std::string failover_impossible(const runtime::LostRank& lost) const;
   void tell_living_ranks(const runtime::RankLost& notice);
