@@ -22,13 +22,16 @@ start() {  # start NAME [extra args...]: 1 learner, 2 actors, 2 env workers (ran
     --set optim.total_steps=$STEPS --set checkpoint.every_steps=4 --init "$TINY_BASE" "$@" >"$name.txt" 2>&1 &
   job=$!
 }
+show_warnings() {  # show_warnings NAME: the job's warnings, errors and lost sessions, for a failed check
+  echo "    the job's warnings, errors and env failures:"
+  grep -aE "\[(warning|error)\]|^moerl:|env failures|failed for good" "$1.txt" | tail -n 60 | sed 's/^/    | /'
+}
 released_cleanly() {  # released_cleanly NAME RANK: every step, one failure entry that is a release, no session lost
   wait_job "$job" 240 "$1"
   local status=$?
   expect_status 0 $status "$1: exit status"
   if [ "$status" != 0 ]; then
-    echo "    the job's warnings and errors:"
-    grep -aE "\[(warning|error)\]|^moerl:" "$1.txt" | tail -n 60 | sed 's/^/    | /'
+    show_warnings "$1"
     echo "    the end of its log:"
     tail -n 40 "$1.txt" | sed 's/^/    | /'
   fi
@@ -36,7 +39,7 @@ released_cleanly() {  # released_cleanly NAME RANK: every step, one failure entr
   expect_contains "$1.txt" "releasing env worker $(( $2 - 3 )) (rank $2) on its signal 15" "$1: learner 0 releases it"
   if grep -q "env failures" "$1.txt"; then
     fail "$1: sessions failed"
-    grep -aE "env failures|failed for good|\[(warning|error)\]" "$1.txt" | head -n 40 | sed 's/^/    | /'
+    show_warnings "$1"
   fi
   python3 - "$WORK/runs/$1" "$2" <<'PY' || fail "$1: summary.json"
 import json, sys
