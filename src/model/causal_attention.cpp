@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 
@@ -143,6 +144,46 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
   }
 };
 
+// A decode step: one token per sequence, so a task is a sequence with all
+// its kv heads (moerl_kernels/attention.h, causal_attention_paged_decode_cpu).
+void decode_from_cache(const torch::Tensor& q, const KVCache& cache, std::int64_t layer,
+                       const std::vector<std::int64_t>& slots, const std::vector<std::int64_t>& past,
+                       std::int64_t window, double scale, torch::Tensor& out) {
+  const torch::Tensor& pool_keys = cache.keys();  // [layers, blocks, block_size, kv_heads, D]
+  const std::int64_t kv_heads = pool_keys.size(3), head_dim = q.size(2), heads = q.size(1);
+  const torch::Tensor table = cache.block_table().contiguous();  // [slots, width] on the host
+  const std::int64_t layer_elements = pool_keys[0].numel();
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_cached_decode", [&] {
+    k::PagedKeys<scalar_t> paged;
+    paged.keys = pool_keys.data_ptr<scalar_t>() + layer * layer_elements;
+    paged.values = cache.values().data_ptr<scalar_t>() + layer * layer_elements;
+    paged.block_size = cache.block_size();
+    paged.position_stride = kv_heads * head_dim;
+    const std::int64_t* blocks = table.data_ptr<std::int64_t>();
+    at::parallel_for(0, static_cast<std::int64_t>(slots.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+      std::vector<char> scratch;
+      const auto task_for = [&](std::int64_t b) {
+        k::CausalAttentionTask t = task_of({q.size(0), heads, kv_heads, head_dim}, 1, window);
+        t.past = past[static_cast<std::size_t>(b)];
+        return t;
+      };
+      const auto rows_for = [&](std::int64_t b) {
+        k::PagedKeys<scalar_t> rows = paged;
+        rows.blocks = blocks + slots[static_cast<std::size_t>(b)] * table.size(1);
+        return rows;
+      };
+      for (std::int64_t b = begin; b < end; ++b) {
+        const k::CausalAttentionTask t = task_for(b);
+        const k::PagedKeys<scalar_t> mine = rows_for(b);
+        k::causal_attention_paged_decode_cpu<scalar_t>(
+            t, kv_heads, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + b * heads * head_dim, mine,
+            out.data_ptr<scalar_t>() + b * heads * head_dim,
+            scratch_for<scalar_t>(k::causal_attention_paged_decode_scratch(t, kv_heads), scratch));
+      }
+    });
+  });
+}
+
 }  // namespace
 
 bool fused_cached_attention_supported(const torch::Tensor& q, const KVCache& cache) {
@@ -166,6 +207,10 @@ torch::Tensor fused_cached_attention(const torch::Tensor& q_in, const KVCache& c
   const torch::Tensor table = cache.block_table().contiguous();  // [slots, width] on the host
   const std::int64_t layer_elements = pool_keys[0].numel();
   auto out = torch::empty_like(q);
+  if (std::all_of(lengths.begin(), lengths.end(), [](std::int64_t n) { return n == 1; })) {
+    decode_from_cache(q, cache, layer, slots, past, window, scale, out);
+    return out;
+  }
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_cached_attention", [&] {
     const scalar_t* keys = pool_keys.data_ptr<scalar_t>() + layer * layer_elements;
     const scalar_t* values = cache.values().data_ptr<scalar_t>() + layer * layer_elements;

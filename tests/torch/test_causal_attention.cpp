@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "moerl/model/causal_attention.h"
@@ -120,62 +122,83 @@ TEST_CASE("fused causal attention refuses what it cannot take, naming it", "[mod
   CHECK_FALSE(moerl::model::fused_causal_attention_supported(q.to(torch::kBFloat16)));
 }
 
+// Feeds sequences step by step (steps[s][b]: tokens of sequence b in step s)
+// through a paged cache with blocks of 4 positions, so that keys come from
+// several pool blocks that are not in order, and returns the largest
+// difference from the whole-sequence reference computed in double.
+double paged_difference(const std::vector<std::vector<std::int64_t>>& steps, std::int64_t heads, std::int64_t kv_heads,
+                        std::int64_t head_dim, torch::ScalarType dtype, std::int64_t window) {
+  const double scale = 0.4;
+  const std::size_t sequences = steps.front().size();
+  std::vector<std::int64_t> totals(sequences, 0);
+  for (const auto& step : steps)
+    for (std::size_t b = 0; b < sequences; ++b) totals[b] += step[b];
+  const std::int64_t tokens = std::accumulate(totals.begin(), totals.end(), std::int64_t{0});
+  const Inputs in = random_inputs(tokens, heads, kv_heads, head_dim, dtype);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor expected = reference_attention(in.q.to(torch::kDouble), in.k.to(torch::kDouble),
+                                                     in.v.to(torch::kDouble), totals, window, scale);
+  config::ModelSection model;
+  model.num_layers = 1;
+  model.num_heads = heads;
+  model.num_kv_heads = kv_heads;
+  model.head_dim = head_dim;
+  model.d_model = heads * head_dim;
+  model.max_seq_len = 128;
+  model::PagedCacheOptions paged;
+  paged.block_size = 4;
+  model::KVCache cache(model, torch::TensorOptions().dtype(dtype), paged);
+  std::vector<model::SequenceId> ids;
+  for (std::size_t b = 0; b < sequences; ++b) ids.push_back(cache.add_sequence());
+  std::vector<std::int64_t> first_token(sequences, 0);  // of each sequence in the packed inputs
+  for (std::size_t b = 1; b < sequences; ++b) first_token[b] = first_token[b - 1] + totals[b - 1];
+  std::vector<std::int64_t> done(sequences, 0);
+  double worst = 0;
+  for (const auto& lengths : steps) {
+    std::vector<std::int64_t> rows, positions, token_slots;
+    const auto slots = cache.slots_of(ids);
+    for (std::size_t b = 0; b < sequences; ++b)
+      for (std::int64_t i = 0; i < lengths[b]; ++i) {
+        rows.push_back(first_token[b] + done[b] + i);
+        positions.push_back(done[b] + i);
+        token_slots.push_back(slots[b]);
+      }
+    const auto index = torch::tensor(rows);
+    cache.prepare(ids, lengths);
+    cache.write(0, torch::tensor(token_slots), torch::tensor(positions), in.k.index_select(0, index),
+                in.v.index_select(0, index));
+    const torch::Tensor q = in.q.index_select(0, index);
+    REQUIRE(model::fused_cached_attention_supported(q, cache));
+    const torch::Tensor out = model::fused_cached_attention(q, cache, 0, slots, lengths, done, window, scale);
+    worst = std::max(worst, max_difference(out, expected.index_select(0, index)));
+    cache.advance(ids, lengths);
+    for (std::size_t b = 0; b < sequences; ++b) done[b] += lengths[b];
+  }
+  return worst;
+}
+
 TEST_CASE("fused attention over a paged KV cache equals the whole-sequence reference, chunk by chunk",
           "[model][attention][kvcache]") {
-  // Three sequences fed in three steps (a prefill, a second chunk, one
-  // decode token), through blocks of 4 positions, so that keys come from
-  // several pool blocks that are not in order.
-  const std::vector<std::vector<std::int64_t>> chunks{{5, 3, 1}, {9, 1, 1}, {2, 6, 1}};
-  const std::int64_t heads = 4, kv_heads = 2, head_dim = 6;
-  const double scale = 0.4;
+  // A prefill, a second chunk, then a step of one decode token each (the
+  // decode path, every kv head of a sequence at once); mixed steps take a
+  // decode token through the per-kv-head path.
+  const std::vector<std::vector<std::int64_t>> steps{{5, 9, 2}, {3, 1, 6}, {1, 1, 1}};
   for (std::int64_t window : {0, 4}) {
     CAPTURE(window);
-    std::vector<std::int64_t> totals;
-    std::int64_t tokens = 0;
-    for (const auto& c : chunks) {
-      totals.push_back(c[0] + c[1] + c[2]);
-      tokens += totals.back();
-    }
-    const Inputs in = random_inputs(tokens, heads, kv_heads, head_dim, torch::kDouble);
-    torch::NoGradGuard no_grad;
-    const torch::Tensor expected = reference_attention(in.q, in.k, in.v, totals, window, scale);
-    config::ModelSection model;
-    model.num_layers = 1;
-    model.num_heads = heads;
-    model.num_kv_heads = kv_heads;
-    model.head_dim = head_dim;
-    model.d_model = heads * head_dim;
-    model.max_seq_len = 64;
-    model::PagedCacheOptions paged;
-    paged.block_size = 4;
-    model::KVCache cache(model, torch::TensorOptions().dtype(torch::kDouble), paged);
-    std::vector<model::SequenceId> ids;
-    for (std::size_t b = 0; b < chunks.size(); ++b) ids.push_back(cache.add_sequence());
-    std::vector<std::int64_t> first_token(chunks.size(), 0);  // of each sequence in the packed inputs
-    for (std::size_t b = 1; b < chunks.size(); ++b) first_token[b] = first_token[b - 1] + totals[b - 1];
-    std::vector<std::int64_t> done(chunks.size(), 0);
-    for (std::size_t step = 0; step < 3; ++step) {
-      std::vector<std::int64_t> lengths, rows, positions, token_slots;
-      for (std::size_t b = 0; b < chunks.size(); ++b) {
-        lengths.push_back(chunks[b][step]);
-        for (std::int64_t i = 0; i < chunks[b][step]; ++i) {
-          rows.push_back(first_token[b] + done[b] + i);
-          positions.push_back(done[b] + i);
-        }
-      }
-      const auto slots = cache.slots_of(ids);
-      for (std::size_t b = 0; b < chunks.size(); ++b)
-        for (std::int64_t i = 0; i < lengths[b]; ++i) token_slots.push_back(slots[b]);
-      const auto index = torch::tensor(rows);
-      cache.prepare(ids, lengths);
-      cache.write(0, torch::tensor(token_slots), torch::tensor(positions), in.k.index_select(0, index),
-                  in.v.index_select(0, index));
-      const torch::Tensor q = in.q.index_select(0, index);
-      REQUIRE(model::fused_cached_attention_supported(q, cache));
-      const torch::Tensor out = model::fused_cached_attention(q, cache, 0, slots, lengths, done, window, scale);
-      CHECK(max_difference(out, expected.index_select(0, index)) < 1e-12);
-      cache.advance(ids, lengths);
-      for (std::size_t b = 0; b < chunks.size(); ++b) done[b] += lengths[b];
+    CHECK(paged_difference(steps, 4, 2, 6, torch::kDouble, window) < 1e-12);
+  }
+}
+
+TEST_CASE("decoding from a paged KV cache in float stays within float rounding of the double reference",
+          "[model][attention][kvcache]") {
+  // Head sizes below, at and past the 16-float vector of the decode kernel,
+  // and 40 decode steps, so that every sequence reads many pool blocks.
+  std::vector<std::vector<std::int64_t>> steps{{7, 1, 12}};
+  for (int i = 0; i < 40; ++i) steps.push_back({1, 1, 1});
+  for (std::int64_t head_dim : {6, 32, 40}) {
+    for (std::int64_t window : {0, 9}) {
+      CAPTURE(head_dim, window);
+      CHECK(paged_difference(steps, 6, 2, head_dim, torch::kFloat, window) < 2e-5);
     }
   }
 }

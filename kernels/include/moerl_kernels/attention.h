@@ -72,6 +72,20 @@ template <typename Scalar>
 void causal_attention_paged_forward_cpu(const CausalAttentionTask& task, Scalar scale, const Scalar* q,
                                         const PagedKeys<Scalar>& cache, Scalar* out, Scalar* lse, Scalar* scratch);
 
+// Scratch elements causal_attention_paged_decode_cpu needs.
+std::int64_t causal_attention_paged_decode_scratch(const CausalAttentionTask& task, std::int64_t kv_heads);
+
+// One decode token (task.tokens == 1) of one sequence, every kv head at once,
+// read in place from the paged cache: cache.keys/values point at kv head 0,
+// q and out at the token's query head 0 (heads side by side, kv head h / group
+// serving query head h). A decode step's attention is dot products of a few
+// dozen elements, where the GEMMs of the general path and its copy of the
+// keys cost more than the arithmetic; reading all kv heads of a position
+// together walks each pool block front to back.
+template <typename Scalar>
+void causal_attention_paged_decode_cpu(const CausalAttentionTask& task, std::int64_t kv_heads, Scalar scale,
+                                       const Scalar* q, const PagedKeys<Scalar>& cache, Scalar* out, Scalar* scratch);
+
 // out = softmax(scale q k^T, causal) v; lse = log-sum-exp of each query's
 // scaled scores.
 template <typename Scalar>
