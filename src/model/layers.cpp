@@ -1,16 +1,39 @@
 // The weight-light building blocks of the policy: RMSNorm, rotary position
 // embedding and the dense SwiGLU feed-forward.
 
+#include <ATen/Parallel.h>
+
 #include "moerl/core/check.h"
 #include "moerl/model/feed_forward.h"
 #include "moerl/model/rms_norm.h"
 #include "moerl/model/rotary.h"
+#include "moerl_kernels/row_ops.h"
 
 namespace moerl::model {
 
 namespace {
 bool is_reduced_precision(const torch::Tensor& x) {
   return x.scalar_type() == torch::kHalf || x.scalar_type() == torch::kBFloat16;
+}
+
+// True when the row kernels (moerl_kernels/row_ops.h) may stand in for the
+// tensor-op chain: float32 CPU tensors that no gradient flows through (a
+// rollout step, an evaluation). Training keeps the chain and its autograd.
+bool row_kernel_applies(std::initializer_list<torch::Tensor> tensors) {
+  for (const torch::Tensor& t : tensors) {
+    if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat) return false;
+    if (torch::GradMode::is_enabled() && t.requires_grad()) return false;
+  }
+  return true;
+}
+
+// Splits rows of `elements_per_row` across LibTorch's threads in pieces of
+// at least 4096 elements (below that a fork and join costs about what the
+// work does).
+template <typename Fn>
+void for_row_ranges(std::int64_t rows, std::int64_t elements_per_row, Fn&& fn) {
+  const std::int64_t grain = std::max<std::int64_t>(1, 4096 / std::max<std::int64_t>(elements_per_row, 1));
+  at::parallel_for(0, rows, grain, fn);
 }
 }  // namespace
 
@@ -25,6 +48,16 @@ void RMSNormImpl::reset_parameters() {
 }
 
 torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  if (row_kernel_applies({x, weight})) {
+    const torch::Tensor input = x.contiguous();
+    torch::Tensor out = torch::empty_like(input);
+    const std::int64_t dim = input.size(-1), rows = input.numel() / std::max<std::int64_t>(dim, 1);
+    for_row_ranges(rows, dim, [&](std::int64_t first, std::int64_t last) {
+      kernels::rms_norm_rows_cpu(input.data_ptr<float>(), weight.data_ptr<float>(), out.data_ptr<float>(), dim,
+                                 static_cast<float>(eps), first, last);
+    });
+    return out;
+  }
   const torch::Tensor xf = is_reduced_precision(x) ? x.to(torch::kFloat) : x;
   const torch::Tensor inv_rms = torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return (xf * inv_rms).to(x.scalar_type()) * weight;
@@ -51,6 +84,16 @@ torch::Tensor apply_rotary(const torch::Tensor& x, const RotaryAngles& angles) {
                   angles.cos.scalar_type() == x.scalar_type(),
               "apply_rotary: the angles are not [T, 1, head_dim / 2] of x's dtype for x of " +
                   std::to_string(x.size(0)) + " tokens");
+  if (row_kernel_applies({x, angles.cos, angles.sin})) {
+    const torch::Tensor input = x.contiguous(), cos = angles.cos.contiguous(), sin = angles.sin.contiguous();
+    torch::Tensor out = torch::empty_like(input);
+    const std::int64_t heads = input.size(1), head_dim = input.size(2);
+    for_row_ranges(input.size(0), heads * head_dim, [&](std::int64_t first, std::int64_t last) {
+      kernels::rotary_rows_cpu(input.data_ptr<float>(), cos.data_ptr<float>(), sin.data_ptr<float>(),
+                               out.data_ptr<float>(), heads, head_dim, first, last);
+    });
+    return out;
+  }
   const torch::Tensor x1 = x.narrow(2, 0, half);
   const torch::Tensor x2 = x.narrow(2, half, half);
   return torch::cat({x1 * angles.cos - x2 * angles.sin, x2 * angles.cos + x1 * angles.sin}, /*dim=*/2);

@@ -126,6 +126,50 @@ TEST_CASE("rotary angles computed once per batch rotate as the one-shot call doe
   CHECK_THROWS_WITH(moerl::model::apply_rotary(x, wider), Catch::Contains("head_dim / 2"));
 }
 
+TEST_CASE("RMSNorm and rotary without gradient (the row kernels) agree with their tensor-op forms", "[model][layers]") {
+  // Without gradient, float32 CPU inputs take the row kernels
+  // (moerl_kernels/row_ops.h), split across threads; with gradient, the
+  // tensor-op chain. Both against the chain in double. Sizes are off the
+  // kernels' 16-float vectors and span several row ranges.
+  torch::manual_seed(11);
+  const std::int64_t rows = 300, dim = 200;
+  moerl::model::RMSNorm norm(dim, 1e-5);
+  {
+    torch::NoGradGuard no_grad;
+    norm->weight.copy_(torch::randn({dim}).mul(0.5).add(1.0));
+  }
+  const torch::Tensor x = torch::randn({rows, dim}).mul(3.0);
+  const torch::Tensor reference = [&] {
+    const torch::Tensor xd = x.to(torch::kDouble);
+    return xd * torch::rsqrt(xd.pow(2).mean(-1, true) + 1e-5) * norm->weight.detach().to(torch::kDouble);
+  }();
+  torch::Tensor kernel;
+  {
+    torch::NoGradGuard no_grad;
+    kernel = norm(x);
+  }
+  const torch::Tensor chain = norm(x).detach();  // the weight wants a gradient here
+  const double scale = reference.abs().max().item<double>();
+  CHECK((kernel.to(torch::kDouble) - reference).abs().max().item<double>() < 2e-6 * scale);
+  CHECK((chain.to(torch::kDouble) - reference).abs().max().item<double>() < 2e-6 * scale);
+
+  const std::int64_t heads = 3, head_dim = 38;
+  const torch::Tensor positions = torch::randint(0, 5000, {rows}, torch::kLong);
+  const torch::Tensor q = torch::randn({rows, heads, head_dim});
+  const auto angles = moerl::model::rotary_angles(positions, head_dim, 10000.0, torch::kFloat);
+  const auto angles_double = moerl::model::rotary_angles(positions, head_dim, 10000.0, torch::kDouble);
+  const torch::Tensor rotated_reference = moerl::model::apply_rotary(q.to(torch::kDouble), angles_double);
+  torch::Tensor rotated_kernel;
+  {
+    torch::NoGradGuard no_grad;
+    rotated_kernel = moerl::model::apply_rotary(q, angles);
+  }
+  const torch::Tensor rotated_chain = moerl::model::apply_rotary(q.clone().set_requires_grad(true), angles).detach();
+  CHECK((rotated_kernel.to(torch::kDouble) - rotated_reference).abs().max().item<double>() < 1e-5);
+  CHECK((rotated_chain.to(torch::kDouble) - rotated_reference).abs().max().item<double>() < 1e-5);
+  CHECK((rotated_kernel - rotated_chain).abs().max().item<float>() < 1e-5f);
+}
+
 TEST_CASE("KV cache bookkeeping: add, grow, remove, reuse", "[model][kvcache]") {
   moerl::config::ModelSection model;
   model.num_layers = 2;
