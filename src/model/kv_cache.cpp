@@ -4,6 +4,7 @@
 #include "moerl/model/attention.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <unordered_set>
@@ -253,11 +254,48 @@ const torch::Tensor& KVCache::block_table() const {
 void KVCache::write(std::int64_t layer, const torch::Tensor& slots, const torch::Tensor& positions,
                     const torch::Tensor& keys, const torch::Tensor& values) {
   torch::NoGradGuard no_grad;
+  if (dtype_ == KVCacheDtype::Float && keys_.device().is_cpu() && keys.device().is_cpu() &&
+      keys.scalar_type() == keys_.scalar_type() && values.scalar_type() == keys_.scalar_type()) {
+    copy_rows_on_host(layer, slots, positions, keys, values);
+    return;
+  }
   const torch::Tensor& table = block_table();
   const torch::Tensor block = table.index({slots, positions.div(block_size_, "floor")});  // [T]
   const torch::Tensor offset = positions.remainder(block_size_);                          // [T]
   store(keys_, key_scales_, layer, block, offset, keys.detach());
   store(values_, value_scales_, layer, block, offset, values.detach());
+}
+
+// A decode step writes one position per sequence and layer: a row copy
+// each, where the indexed tensor ops (a table lookup, a division, a
+// remainder, two index_put_) cost more than the bytes.
+void KVCache::copy_rows_on_host(std::int64_t layer, const torch::Tensor& slots, const torch::Tensor& positions,
+                                const torch::Tensor& keys, const torch::Tensor& values) {
+  const torch::Tensor slot = slots.to(torch::kLong).contiguous(), position = positions.to(torch::kLong).contiguous();
+  const torch::Tensor k = keys.contiguous(), v = values.contiguous();
+  const std::int64_t tokens = slot.numel();
+  MOERL_CHECK(position.numel() == tokens && k.size(0) == tokens && v.size(0) == tokens,
+              "KVCache::write: slots, positions, keys and values differ in tokens");
+  const torch::Tensor& table = block_table();
+  const std::int64_t* table_rows = table.data_ptr<std::int64_t>();
+  const std::int64_t* slot_of = slot.data_ptr<std::int64_t>();
+  const std::int64_t* position_of = position.data_ptr<std::int64_t>();
+  const auto row_bytes = static_cast<std::size_t>(num_kv_heads_ * head_dim_) * keys_.element_size();
+  const std::int64_t layer_bytes = keys_[0].numel() * keys_.element_size();
+  char* key_pool = static_cast<char*>(keys_.data_ptr()) + layer * layer_bytes;
+  char* value_pool = static_cast<char*>(values_.data_ptr()) + layer * layer_bytes;
+  const char* key_rows = static_cast<const char*>(k.data_ptr());
+  const char* value_rows = static_cast<const char*>(v.data_ptr());
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::int64_t s = slot_of[t], p = position_of[t];
+    MOERL_CHECK(s >= 0 && s < num_slots_ && p >= 0 && p < capacity(),
+                "KVCache::write: slot " + std::to_string(s) + ", position " + std::to_string(p) +
+                    " is outside the block table (" + std::to_string(num_slots_) + " slots of " +
+                    std::to_string(capacity()) + " positions)");
+    const std::int64_t row = table_rows[s * table_width_ + p / block_size_] * block_size_ + p % block_size_;
+    std::memcpy(key_pool + row * static_cast<std::int64_t>(row_bytes), key_rows + t * row_bytes, row_bytes);
+    std::memcpy(value_pool + row * static_cast<std::int64_t>(row_bytes), value_rows + t * row_bytes, row_bytes);
+  }
 }
 
 void KVCache::store(torch::Tensor& pool, torch::Tensor& scales, std::int64_t layer, const torch::Tensor& block,

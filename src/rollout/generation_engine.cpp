@@ -1,5 +1,7 @@
 #include "moerl/rollout/generation_engine.h"
 
+#include <ATen/Parallel.h>
+
 #include "moerl/comm/communicator.h"
 
 #include <algorithm>
@@ -336,9 +338,28 @@ std::vector<GenerationEngine::Row> GenerationEngine::schedule() {
   return rows;
 }
 
-void GenerationEngine::sample_for(Session& s, const double* logits, const std::int64_t* routing,
-                                  std::vector<std::uint64_t>& finished) {
-  const SampledToken tok = sample_token(logits, vocab_, s.sampling, s.seed, s.draws++);
+std::vector<SampledToken> GenerationEngine::sample_rows(const std::vector<Row>& rows,
+                                                        const torch::Tensor& logits) const {
+  // Each row's draw depends only on its logits and its session's (seed,
+  // draw index), so rows sample in parallel and the result is the same for
+  // any thread count; the session bookkeeping that follows stays serial.
+  std::vector<SampledToken> sampled(rows.size());
+  const auto B = static_cast<std::int64_t>(rows.size());
+  at::parallel_for(0, B, 16, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t b = first; b < last; ++b) {
+      const Row& r = rows[static_cast<std::size_t>(b)];
+      const Session& s = *r.session;
+      if (!(s.generating && s.fed + r.count == static_cast<std::int64_t>(s.context.size()))) continue;
+      sampled[static_cast<std::size_t>(b)] =
+          sample_token(logits.data_ptr<double>() + b * vocab_, vocab_, s.sampling, s.seed, s.draws);
+    }
+  });
+  return sampled;
+}
+
+void GenerationEngine::take_sampled(Session& s, const SampledToken& tok, const std::int64_t* routing,
+                                    std::vector<std::uint64_t>& finished) {
+  ++s.draws;
   s.turn.tokens.push_back(tok.id);
   s.turn.logprobs.push_back(static_cast<float>(tok.log_prob));
   s.turn.model_logprobs.push_back(static_cast<float>(tok.model_log_prob));
@@ -421,6 +442,7 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
   // Sampling runs on the host (the counter-based per-session streams of
   // sampling.h): float32 logits cross the bus, then widen exactly to double.
   if (any_sampling) logits = out.next_token_logits().to(torch::kCPU).to(torch::kDouble).contiguous();
+  const std::vector<SampledToken> sampled = sample_rows(rows, logits);
 
   std::int64_t offset = 0;
   for (std::int64_t b = 0; b < B; ++b) {
@@ -436,7 +458,7 @@ void GenerationEngine::run_rows(const std::vector<Row>& rows, std::vector<std::u
     if (s.generating && s.fed == static_cast<std::int64_t>(s.context.size())) {
       const std::int64_t* route = nullptr;
       if (routing.defined()) route = routing.data_ptr<std::int64_t>() + last_token[b] * per_token;
-      sample_for(s, logits.data_ptr<double>() + b * vocab_, route, finished);
+      take_sampled(s, sampled[static_cast<std::size_t>(b)], route, finished);
     }
   }
 }

@@ -205,4 +205,8 @@ TEST_CASE("KV cache bookkeeping: add, grow, remove, reuse", "[model][kvcache]") 
   CHECK(cache.keys().size(0) == 2);
   CHECK(cache.keys().size(3) == 2);
   CHECK(cache.keys().size(4) == 4);
+  // A write past the block table names the slot and the position.
+  const auto kv = torch::ones({1, 2, 4}, torch::kDouble);
+  CHECK_THROWS_WITH(cache.write(0, torch::tensor({std::int64_t{0}}), torch::tensor({cache.capacity()}), kv, kv),
+                    Catch::Contains("slot 0, position " + std::to_string(cache.capacity())));
 }

@@ -155,6 +155,8 @@ class KVCache {
                        const torch::Tensor& slots, std::int64_t length) const;
   void store(torch::Tensor& pool, torch::Tensor& scales, std::int64_t layer, const torch::Tensor& block,
              const torch::Tensor& offset, const torch::Tensor& data);
+  void copy_rows_on_host(std::int64_t layer, const torch::Tensor& slots, const torch::Tensor& positions,
+                         const torch::Tensor& keys, const torch::Tensor& values);
   std::int64_t blocks_for(std::int64_t positions) const { return (positions + block_size_ - 1) / block_size_; }
 
   std::int64_t num_layers_;

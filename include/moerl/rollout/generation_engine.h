@@ -273,7 +273,12 @@ class GenerationEngine {
   std::vector<Row> schedule();
   Session* pick_victim(const Session& needy, const std::vector<Row>& rows);
   void run_rows(const std::vector<Row>& rows, std::vector<std::uint64_t>& finished);
-  void sample_for(Session& s, const double* logits, const std::int64_t* routing, std::vector<std::uint64_t>& finished);
+  // The next token of every row that samples this step (others: default).
+  std::vector<SampledToken> sample_rows(const std::vector<Row>& rows, const torch::Tensor& logits) const;
+  // Appends a row's sampled token to its session and ends the turn or the
+  // episode where a stop condition says so.
+  void take_sampled(Session& s, const SampledToken& tok, const std::int64_t* routing,
+                    std::vector<std::uint64_t>& finished);
 
   model::Policy policy_;
   EngineOptions options_;
