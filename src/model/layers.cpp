@@ -3,6 +3,9 @@
 
 #include <ATen/Parallel.h>
 
+#include <cmath>
+#include <vector>
+
 #include "moerl/core/check.h"
 #include "moerl/model/feed_forward.h"
 #include "moerl/model/rms_norm.h"
@@ -63,6 +66,32 @@ torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
   return (xf * inv_rms).to(x.scalar_type()) * weight;
 }
 
+namespace {
+// rotary_angles for host positions as one loop (a decode step computes them
+// for a few dozen positions, where the dozen tensor ops of the general form
+// cost more than the trigonometry). The same float64 math.
+RotaryAngles rotary_angles_on_host(const torch::Tensor& positions, std::int64_t head_dim, double theta,
+                                   torch::ScalarType dtype) {
+  const std::int64_t half = head_dim / 2, tokens = positions.size(0);
+  const torch::Tensor position = positions.to(torch::kDouble).contiguous();
+  std::vector<double> inverse_frequency(static_cast<std::size_t>(half));
+  for (std::int64_t i = 0; i < half; ++i)
+    inverse_frequency[static_cast<std::size_t>(i)] =
+        std::pow(theta, static_cast<double>(i) * (-2.0 / static_cast<double>(head_dim)));
+  torch::Tensor cos = torch::empty({tokens, 1, half}, torch::kDouble), sin = torch::empty_like(cos);
+  const double* p = position.data_ptr<double>();
+  double* c = cos.data_ptr<double>();
+  double* s = sin.data_ptr<double>();
+  for (std::int64_t t = 0; t < tokens; ++t)
+    for (std::int64_t i = 0; i < half; ++i) {
+      const double angle = p[t] * inverse_frequency[static_cast<std::size_t>(i)];
+      c[t * half + i] = std::cos(angle);
+      s[t * half + i] = std::sin(angle);
+    }
+  return {cos.to(dtype), sin.to(dtype)};
+}
+}  // namespace
+
 RotaryAngles rotary_angles(const torch::Tensor& positions, std::int64_t head_dim, double theta,
                            torch::ScalarType dtype) {
   MOERL_CHECK(head_dim % 2 == 0, "rotary head_dim must be even, got " + std::to_string(head_dim));
@@ -70,6 +99,7 @@ RotaryAngles rotary_angles(const torch::Tensor& positions, std::int64_t head_dim
   const std::int64_t half = head_dim / 2;
   // Angles in float64: identical for the same position whatever the batch
   // composition, and accurate at long positions.
+  if (positions.device().is_cpu()) return rotary_angles_on_host(positions, head_dim, theta, dtype);
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble).device(positions.device());
   const torch::Tensor inv_freq =
       torch::pow(theta, torch::arange(0, half, f64).mul(-2.0 / static_cast<double>(head_dim)));

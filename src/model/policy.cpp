@@ -247,6 +247,16 @@ PolicyOutput PolicyImpl::forward_cached(const torch::Tensor& tokens, const torch
   return out;
 }
 
+namespace {
+bool token_ids_in_vocabulary(const torch::Tensor& ids, std::int64_t vocab_size) {
+  if (!ids.device().is_cpu() || ids.scalar_type() != torch::kLong)
+    return !ids.lt(0).logical_or(ids.ge(vocab_size)).any().item<bool>();
+  const torch::Tensor flat = ids.contiguous();
+  const std::int64_t* id = flat.data_ptr<std::int64_t>();
+  return std::all_of(id, id + flat.numel(), [&](std::int64_t t) { return t >= 0 && t < vocab_size; });
+}
+}  // namespace
+
 PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& batch, KVCache* cache,
                              const torch::Tensor& forced_experts, const torch::Tensor& logit_rows) {
   const std::int64_t T = batch.tokens;
@@ -260,8 +270,9 @@ PolicyOutput PolicyImpl::run(const torch::Tensor& tokens, const AttentionBatch& 
                     std::to_string(forced_experts.dim()) + " dims");
   }
   const torch::Tensor ids = tokens.reshape({-1}).index_select(0, batch.token_index);  // [T]
-  // One host sync per step for the check; the range is only computed on failure.
-  if (ids.lt(0).logical_or(ids.ge(model_.vocab_size)).any().item<bool>()) {
+  // One host sync per step for the check (a loop on the host: no tensor ops
+  // there); the range is only computed on failure.
+  if (!token_ids_in_vocabulary(ids, model_.vocab_size)) {
     const std::int64_t lo = ids.min().item<std::int64_t>();
     const std::int64_t hi = ids.max().item<std::int64_t>();
     MOERL_CHECK(false, "policy: token ids span [" + std::to_string(lo) + ", " + std::to_string(hi) +
