@@ -120,6 +120,7 @@ done
 
 mkdir -p "$(dirname "$out")"
 echo "bench_peer: $("$MOERL" --version | sed -n 2p); $(nproc) cores; rounds $rounds; threads $threads"
+echo "bench_peer: $("$MOERL" --version | grep '^GEMM')"
 python3 "$ROOT/benchmarks/peer/table.py" "$WORK" --out "$out" || die "the table could not be made"
 [ "$moerl_only" = 1 ] && echo "bench_peer: the peer side was skipped (--moerl-only); scripts/bench_peer.sh --install enables it"
 echo "bench_peer: table written to $out"

@@ -28,6 +28,7 @@ PACKAGES=(
   nlohmann-json3-dev           # JSON parsing and string escaping (src/core/json_value.cpp, json_writer.cpp)
   libcpp-httplib-dev           # learner 0's Prometheus /metrics endpoint
   libisal-dev                  # CRC-32C of checkpoints and weight-sync buckets (ISA-L's crc32_iscsi)
+  libdnnl-dev                  # oneDNN's sgemm for moerl's own float GEMMs (faster than OpenBLAS's there)
 )
 # What only the tests and tools need (not with MOERL_SETUP=build).
 TEST_PACKAGES=(

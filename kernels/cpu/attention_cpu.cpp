@@ -11,6 +11,7 @@
 
 #include "moerl_kernels/attention.h"
 #include "moerl_kernels/cpu_gemm.h"
+#include "vector_lanes.h"
 
 namespace moerl::kernels {
 namespace {
@@ -197,26 +198,8 @@ namespace {
 // float loops are written for the compiler to vectorise, and paged_decode
 // below is cloned for the CPU's vector width.
 
-// GCC vectors of 16 floats: one AVX-512 register, two AVX2 ones, four SSE
-// ones, whichever clone they are inlined into. Plain lane arrays left their
-// final fold to scalar code through the stack.
-using Lanes16 = float __attribute__((vector_size(64)));
-using Lanes8 = float __attribute__((vector_size(32)));
-using Lanes4 = float __attribute__((vector_size(16)));
-
-[[gnu::always_inline]] inline Lanes16 load16(const float* at) {
-  Lanes16 lanes;
-  std::memcpy(&lanes, at, sizeof lanes);
-  return lanes;
-}
-
-[[gnu::always_inline]] inline float fold_sum(Lanes16 lanes) {
-  const Lanes8 half = __builtin_shufflevector(lanes, lanes, 0, 1, 2, 3, 4, 5, 6, 7) +
-                      __builtin_shufflevector(lanes, lanes, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Lanes4 quarter =
-      __builtin_shufflevector(half, half, 0, 1, 2, 3) + __builtin_shufflevector(half, half, 4, 5, 6, 7);
-  return (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
-}
+using lanes::fold_sum;
+using lanes::load16;
 
 template <typename Scalar>
 [[gnu::always_inline]] inline Scalar dot(const Scalar* a, const Scalar* b, std::int64_t n) {
@@ -227,7 +210,7 @@ template <typename Scalar>
 
 template <>
 [[gnu::always_inline]] inline float dot<float>(const float* a, const float* b, std::int64_t n) {
-  Lanes16 acc = {};
+  lanes::Float16 acc = {};
   std::int64_t d = 0;
   for (; d + 16 <= n; d += 16) acc += load16(a + d) * load16(b + d);
   float sum = fold_sum(acc);
@@ -242,7 +225,7 @@ template <typename Scalar>
 
 template <>
 [[gnu::always_inline]] inline float sum_of<float>(const float* x, std::int64_t n) {
-  Lanes16 acc = {};
+  lanes::Float16 acc = {};
   std::int64_t j = 0;
   for (; j + 16 <= n; j += 16) acc += load16(x + j);
   float sum = fold_sum(acc);

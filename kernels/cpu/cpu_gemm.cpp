@@ -1,11 +1,22 @@
-// Row-major GEMM over the Fortran BLAS interface (see moerl_kernels/cpu_gemm.h).
+// Row-major GEMM over oneDNN's sgemm or the Fortran BLAS interface (see
+// moerl_kernels/cpu_gemm.h).
 
 #include "moerl_kernels/cpu_gemm.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
+
+#ifdef MOERL_KERNELS_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #ifdef MOERL_KERNELS_BLAS
 // The Fortran interface is the one every BLAS exports (OpenBLAS, MKL, the
@@ -65,7 +76,138 @@ void loop_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::
   }
 }
 
+#ifdef MOERL_KERNELS_ONEDNN
+// oneDNN's sgemm is row-major with cpu_gemm's own meaning of every argument.
+// It refuses k == 0, where cpu_gemm (like BLAS) only scales C by beta.
+void onednn_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                 const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C,
+                 std::int64_t ldc) {
+  if (k == 0) {
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+    return;
+  }
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  if (status != dnnl_success) {
+    throw std::invalid_argument("cpu_gemm: oneDNN's sgemm refused m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                                " k=" + std::to_string(k) + " lda=" + std::to_string(lda) +
+                                " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc) + " (status " +
+                                std::to_string(static_cast<int>(status)) + ")");
+  }
+}
+#endif
+
+bool backend_built_in(CpuGemmBackend backend) {
+  switch (backend) {
+    case CpuGemmBackend::Loop: return true;
+    case CpuGemmBackend::Blas: return cpu_gemm_has_blas();
+    case CpuGemmBackend::OneDnn: return cpu_gemm_has_onednn();
+  }
+  return false;
+}
+
+CpuGemmBackend backend_from_environment() {
+  const char* value = std::getenv("MOERL_CPU_GEMM");
+  const std::string wanted = value == nullptr ? "" : value;
+  if (wanted.empty()) {
+    if (cpu_gemm_has_onednn()) return CpuGemmBackend::OneDnn;
+    return cpu_gemm_has_blas() ? CpuGemmBackend::Blas : CpuGemmBackend::Loop;
+  }
+  CpuGemmBackend backend;
+  if (wanted == "onednn") {
+    backend = CpuGemmBackend::OneDnn;
+  } else if (wanted == "blas") {
+    backend = CpuGemmBackend::Blas;
+  } else {
+    throw std::invalid_argument("MOERL_CPU_GEMM='" + wanted + "': expected 'onednn' or 'blas' (or unset)");
+  }
+  if (!backend_built_in(backend))
+    throw std::invalid_argument("MOERL_CPU_GEMM='" + wanted + "': this build has no " + wanted +
+                                " (oneDNN needs Debian's libdnnl-dev at build time)");
+  return backend;
+}
+
+std::atomic<int>& backend_slot() {
+  static std::atomic<int> slot{static_cast<int>(backend_from_environment())};
+  return slot;
+}
+
 }  // namespace
+
+bool cpu_gemm_has_onednn() {
+#ifdef MOERL_KERNELS_ONEDNN
+  return true;
+#else
+  return false;
+#endif
+}
+
+CpuGemmBackend cpu_gemm_float_backend() { return static_cast<CpuGemmBackend>(backend_slot().load()); }
+
+void set_cpu_gemm_float_backend(CpuGemmBackend backend) {
+  if (!backend_built_in(backend))
+    throw std::invalid_argument(std::string("cpu_gemm: this build has no ") + cpu_gemm_backend_name(backend));
+  backend_slot().store(static_cast<int>(backend));
+}
+
+const char* cpu_gemm_backend_name(CpuGemmBackend backend) {
+  switch (backend) {
+    case CpuGemmBackend::Loop: return "reference loop";
+    case CpuGemmBackend::Blas: return "BLAS sgemm";
+    case CpuGemmBackend::OneDnn: return "oneDNN sgemm";
+  }
+  return "?";
+}
+
+std::string cpu_gemm_backend_description(CpuGemmBackend backend) {
+#ifdef MOERL_KERNELS_ONEDNN
+  if (backend == CpuGemmBackend::OneDnn) {
+    const dnnl_version_t* v = dnnl_version();
+    return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
+           " sgemm";
+  }
+#endif
+  return cpu_gemm_backend_name(backend);
+}
+
+double cpu_gemm_float_relative_error() {
+  struct Shape {
+    std::int64_t m, n, k;
+  };
+  // Edges of register blocks, a row vector, k past one panel.
+  const Shape shapes[] = {{1, 33, 17}, {37, 29, 41}, {3, 130, 257}, {65, 7, 300}};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  double worst = 0;
+  for (const Shape& s : shapes)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f}) {
+          const std::int64_t pad = 3, lda = (ta ? s.m : s.k) + pad, ldb = (tb ? s.k : s.n) + pad, ldc = s.n + pad;
+          std::vector<float> A(static_cast<std::size_t>((ta ? s.k : s.m) * lda));
+          std::vector<float> B(static_cast<std::size_t>((tb ? s.n : s.k) * ldb));
+          std::vector<float> C(static_cast<std::size_t>(s.m * ldc));
+          for (auto* v : {&A, &B, &C})
+            for (float& x : *v) x = uniform(rng);
+          const std::vector<float> C0 = C;
+          cpu_gemm<float>(ta, tb, s.m, s.n, s.k, 0.5f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+          for (std::int64_t i = 0; i < s.m; ++i)
+            for (std::int64_t j = 0; j < s.n; ++j) {
+              double want = 0, scale = 0;
+              for (std::int64_t p = 0; p < s.k; ++p) {
+                const double term = static_cast<double>(ta ? A[p * lda + i] : A[i * lda + p]) *
+                                    static_cast<double>(tb ? B[j * ldb + p] : B[p * ldb + j]);
+                want += term;
+                scale += std::abs(term);
+              }
+              want = 0.5 * want + beta * C0[i * ldc + j];
+              scale = 0.5 * scale + std::abs(beta * C0[i * ldc + j]) + 1e-30;
+              worst = std::max(worst, std::abs(C[i * ldc + j] - want) / scale);
+            }
+        }
+  return worst;
+}
 
 bool cpu_gemm_has_blas() {
 #ifdef MOERL_KERNELS_BLAS
@@ -79,6 +221,20 @@ template <typename Scalar>
 void cpu_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, Scalar alpha, const Scalar* A,
               std::int64_t lda, const Scalar* B, std::int64_t ldb, Scalar beta, Scalar* C, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
+#ifdef MOERL_KERNELS_ONEDNN
+  if constexpr (std::is_same_v<Scalar, float>) {
+    if (cpu_gemm_float_backend() == CpuGemmBackend::OneDnn) {
+      onednn_gemm(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+  }
+#endif
+  if constexpr (std::is_same_v<Scalar, float>) {
+    if (cpu_gemm_float_backend() == CpuGemmBackend::Loop) {
+      loop_gemm(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+      return;
+    }
+  }
 #ifdef MOERL_KERNELS_BLAS
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the
   // operands and the sizes m, n; the transpose flags carry over unchanged.

@@ -2,32 +2,21 @@
 // the compiler to vectorise and cloned for AVX-512, AVX2 and the baseline.
 
 #include <cmath>
-#include <cstring>
 
 #include "moerl_kernels/row_ops.h"
+#include "vector_lanes.h"
 
 namespace moerl::kernels {
 namespace {
 
-// 16 partial sums in a GCC vector, folded in halves at the end: the plain
-// serial sum was one add's latency per element.
-using Lanes16 = float __attribute__((vector_size(64)));
-using Lanes8 = float __attribute__((vector_size(32)));
-using Lanes4 = float __attribute__((vector_size(16)));
-
 [[gnu::always_inline]] inline float sum_of_squares(const float* x, std::int64_t n) {
-  Lanes16 acc = {};
+  lanes::Float16 acc = {};
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    Lanes16 v;
-    std::memcpy(&v, x + i, sizeof v);
+    const lanes::Float16 v = lanes::load16(x + i);
     acc += v * v;
   }
-  const Lanes8 half = __builtin_shufflevector(acc, acc, 0, 1, 2, 3, 4, 5, 6, 7) +
-                      __builtin_shufflevector(acc, acc, 8, 9, 10, 11, 12, 13, 14, 15);
-  const Lanes4 quarter =
-      __builtin_shufflevector(half, half, 0, 1, 2, 3) + __builtin_shufflevector(half, half, 4, 5, 6, 7);
-  float sum = (quarter[0] + quarter[2]) + (quarter[1] + quarter[3]);
+  float sum = lanes::fold_sum(acc);
   for (; i < n; ++i) sum += x[i] * x[i];
   return sum;
 }

@@ -228,6 +228,9 @@ int run_roles(const config::Config& config, const TrainOptions& options, const r
   if (world.is_coordinator()) spdlog::info("BLAS: {}", blas::blas_summary());
   // Every rank says so: another node's CPU may need another core.
   if (const std::string warning = blas::blas_info().warning; !warning.empty()) spdlog::warn("BLAS: {}", warning);
+  if (world.is_coordinator()) spdlog::info("GEMM (moerl's kernels): {}", blas::cpu_gemm_summary());
+  if (const std::string warning = blas::blas_info().cpu_gemm_warning; !warning.empty())
+    spdlog::warn("GEMM: {}", warning);
   const int restart = runtime::launcher_restarts();
   if (!options.dry_run) runtime::write_rank_record(config.run_directory(), world, restart);
   using Mode = runtime::HeartbeatThread::Mode;

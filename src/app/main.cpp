@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include <iostream>
+#include <stdexcept>
 
 #include "checkpoint_command.h"
 #include "commands.h"
@@ -195,6 +196,12 @@ int main(int argc, char** argv) {
   // First, before MPI or any thread: the right BLAS kernels for this CPU
   // (may start the binary afresh with OPENBLAS_CORETYPE set).
   moerl::blas::select_kernels(argv);
+  try {
+    moerl::blas::select_cpu_gemm();
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "moerl: %s\n", e.what());
+    return 2;
+  }
   moerl::runtime::prepare_exit_record();
   const int status = run_moerl(argc, argv);
   moerl::runtime::record_exit_status(status);

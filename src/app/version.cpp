@@ -19,6 +19,11 @@ std::string blas_warning() {
   return warning.empty() ? "" : "\nBLAS warning: " + warning;
 }
 
+std::string cpu_gemm_warning() {
+  const std::string warning = blas::blas_info().cpu_gemm_warning;
+  return warning.empty() ? "" : "\nGEMM warning: " + warning;
+}
+
 }  // namespace
 
 std::string version_text() {
@@ -38,7 +43,8 @@ std::string version_text() {
   const char* ulfm = " without ULFM";
 #endif
   return std::string("moerl ") + MOERL_VERSION + " (LibTorch " + TORCH_VERSION + ", " + mpi + ulfm +
-         ", CUDA kernels: " + cuda + ")\nBLAS: " + blas::blas_summary() + blas_warning();
+         ", CUDA kernels: " + cuda + ")\nBLAS: " + blas::blas_summary() + blas_warning() +
+         "\nGEMM (moerl's kernels): " + blas::cpu_gemm_summary() + cpu_gemm_warning();
 }
 
 std::string mpiexec_path() {

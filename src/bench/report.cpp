@@ -169,6 +169,7 @@ std::map<std::string, ParamValue> describe_host() {
   host["blas_core"] = blas.core;
   host["blas_threads"] = static_cast<std::int64_t>(blas.threads);
   host["blas_choice"] = blas.choice;
+  host["cpu_gemm"] = blas::cpu_gemm_summary();
 #ifdef MOERL_WITH_CUDA
   host["cuda_build"] = true;
 #else

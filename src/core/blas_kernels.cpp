@@ -1,5 +1,7 @@
 #include "moerl/core/blas_kernels.h"
 
+#include "moerl_kernels/cpu_gemm.h"
+
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -32,6 +34,8 @@ constexpr const char* kOpenBlasChoice = "MOERL_BLAS_OPENBLAS_CHOICE";
 constexpr const char* kFallback = "MOERL_BLAS_FALLBACK";
 constexpr const char* kPretendChosen = "MOERL_BLAS_TEST_PRETEND_CHOSEN";
 constexpr const char* kFailCheck = "MOERL_BLAS_TEST_FAIL_CHECK";
+// The same for oneDNN's sgemm in select_cpu_gemm.
+constexpr const char* kGemmFailCheck = "MOERL_CPU_GEMM_TEST_FAIL_CHECK";
 
 BlasInfo g_info;
 
@@ -287,6 +291,35 @@ void select_kernels(char** argv) {
   note("OpenBLAS's choice", "OpenBLAS chose " + chosen + " on an " + vector_level_name(cpu) + " CPU (" + *better +
                                 " would be faster), and restarting with " + *better +
                                 " failed: " + std::strerror(errno));
+}
+
+void select_cpu_gemm() {
+  namespace k = moerl::kernels;
+  k::CpuGemmBackend backend = k::cpu_gemm_float_backend();  // throws for a bad MOERL_CPU_GEMM
+  const std::string how = env_or_empty("MOERL_CPU_GEMM").empty() ? "the default" : "MOERL_CPU_GEMM";
+  g_info.cpu_gemm = k::cpu_gemm_backend_description(backend) + " (" + how;
+  if (backend == k::CpuGemmBackend::OneDnn) {
+    const double error = k::cpu_gemm_float_relative_error();
+    if (!env_or_empty(kGemmFailCheck).empty() || !(error <= gemm_tolerance())) {
+      std::ostringstream why;
+      why << "oneDNN's sgemm failed the GEMM check (relative error " << error
+          << (env_or_empty(kGemmFailCheck).empty() ? "" : std::string(", ") + kGemmFailCheck + " is set")
+          << "); moerl's kernels use BLAS instead";
+      backend = k::cpu_gemm_has_blas() ? k::CpuGemmBackend::Blas : k::CpuGemmBackend::Loop;
+      k::set_cpu_gemm_float_backend(backend);
+      g_info.cpu_gemm = k::cpu_gemm_backend_description(backend) + " (oneDNN failed its check";
+      g_info.cpu_gemm_warning = why.str();
+    } else {
+      g_info.cpu_gemm += "; checked";
+    }
+  }
+  g_info.cpu_gemm += ")";
+}
+
+std::string cpu_gemm_summary() {
+  if (g_info.cpu_gemm.empty())
+    return moerl::kernels::cpu_gemm_backend_description(moerl::kernels::cpu_gemm_float_backend());
+  return g_info.cpu_gemm;
 }
 
 BlasInfo blas_info() {

@@ -247,6 +247,28 @@ TEST_CASE("cpu_gemm: all transpose forms, wide leading dimensions, beta", "[kern
   }
 }
 
+TEST_CASE("cpu_gemm in float: every backend this build has agrees with a double product", "[kernels][moe]") {
+  const mk::CpuGemmBackend chosen = mk::cpu_gemm_float_backend();
+  std::vector<mk::CpuGemmBackend> backends{mk::CpuGemmBackend::Loop};
+  if (mk::cpu_gemm_has_blas()) backends.push_back(mk::CpuGemmBackend::Blas);
+  if (mk::cpu_gemm_has_onednn()) backends.push_back(mk::CpuGemmBackend::OneDnn);
+  for (mk::CpuGemmBackend backend : backends) {
+    INFO(mk::cpu_gemm_backend_name(backend));
+    mk::set_cpu_gemm_float_backend(backend);
+    REQUIRE(mk::cpu_gemm_float_backend() == backend);
+    // Every transpose form, wide leading dimensions, beta 0 and 1, at odd sizes.
+    CHECK(mk::cpu_gemm_float_relative_error() < 1e-5);
+    // k == 0 only scales C by beta (oneDNN itself refuses k == 0).
+    std::vector<float> C{1.0f, 2.0f, 3.0f, 4.0f};
+    mk::cpu_gemm<float>(false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.5f, C.data(), 2);
+    CHECK(C == std::vector<float>{0.5f, 1.0f, 1.5f, 2.0f});
+    mk::cpu_gemm<float>(false, false, 2, 2, 0, 1.0f, nullptr, 1, nullptr, 2, 0.0f, C.data(), 2);
+    CHECK(C == std::vector<float>{0.0f, 0.0f, 0.0f, 0.0f});
+  }
+  if (!mk::cpu_gemm_has_onednn()) CHECK_THROWS(mk::set_cpu_gemm_float_backend(mk::CpuGemmBackend::OneDnn));
+  mk::set_cpu_gemm_float_backend(chosen);
+}
+
 TEST_CASE("moe SwiGLU rows CPU kernels: forward formula, backward by finite differences", "[kernels][moe]") {
   std::mt19937 rng(13);
   for (std::int64_t n : {0, 1, 19}) {

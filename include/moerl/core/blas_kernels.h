@@ -49,6 +49,10 @@ struct BlasInfo {
   int threads = 0;      // openblas_get_num_threads(), 0 when unknown
   std::string choice;   // how the core was chosen, in words (see select_kernels)
   std::string warning;  // non-empty when the kernels moerl chose failed the check
+  // The float GEMM library of moerl's own kernels (moerl_kernels/cpu_gemm.h),
+  // e.g. "oneDNN 2.6.3 sgemm", and a warning when its check failed.
+  std::string cpu_gemm;
+  std::string cpu_gemm_warning;
 };
 
 // Call first thing in main(), before MPI or any thread starts: may replace
@@ -57,11 +61,21 @@ struct BlasInfo {
 // re-execution itself fails the process goes on with OpenBLAS's choice.
 void select_kernels(char** argv);
 
+// Call after select_kernels: settles the float GEMM library of moerl's own
+// kernels (MOERL_CPU_GEMM, or oneDNN where built in) and checks it against a
+// double-precision product; one that fails goes back to BLAS, with a
+// warning in blas_info(). Throws std::invalid_argument, naming the variable,
+// for a MOERL_CPU_GEMM this build cannot honour.
+void select_cpu_gemm();
+
 // The result of select_kernels in this process.
 BlasInfo blas_info();
 
 // "OpenBLAS 0.3.21 (core SkylakeX, 2 threads; selected by moerl, OpenBLAS chose Prescott)"
 std::string blas_summary();
+
+// "oneDNN 2.6.3 sgemm (MOERL_CPU_GEMM unset; checked)", for logs and --version.
+std::string cpu_gemm_summary();
 
 // c = a b through the process's cblas_sgemm (row-major, a: m x k, b: k x n,
 // c: m x n); false, touching nothing, when the process has no cblas_sgemm.
