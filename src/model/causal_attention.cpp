@@ -162,21 +162,14 @@ void decode_from_cache(const torch::Tensor& q, const KVCache& cache, std::int64_
     const std::int64_t* blocks = table.data_ptr<std::int64_t>();
     at::parallel_for(0, static_cast<std::int64_t>(slots.size()), 1, [&](std::int64_t begin, std::int64_t end) {
       std::vector<char> scratch;
-      const auto task_for = [&](std::int64_t b) {
-        k::CausalAttentionTask t = task_of({q.size(0), heads, kv_heads, head_dim}, 1, window);
-        t.past = past[static_cast<std::size_t>(b)];
-        return t;
-      };
-      const auto rows_for = [&](std::int64_t b) {
-        k::PagedKeys<scalar_t> rows = paged;
-        rows.blocks = blocks + slots[static_cast<std::size_t>(b)] * table.size(1);
-        return rows;
-      };
+      k::PagedKeys<scalar_t> rows = paged;
       for (std::int64_t b = begin; b < end; ++b) {
-        const k::CausalAttentionTask t = task_for(b);
-        const k::PagedKeys<scalar_t> mine = rows_for(b);
+        const auto seq = static_cast<std::size_t>(b);
+        k::CausalAttentionTask t = task_of({q.size(0), heads, kv_heads, head_dim}, 1, window);
+        t.past = past[seq];
+        rows.blocks = blocks + slots[seq] * table.size(1);
         k::causal_attention_paged_decode_cpu<scalar_t>(
-            t, kv_heads, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + b * heads * head_dim, mine,
+            t, kv_heads, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + b * heads * head_dim, rows,
             out.data_ptr<scalar_t>() + b * heads * head_dim,
             scratch_for<scalar_t>(k::causal_attention_paged_decode_scratch(t, kv_heads), scratch));
       }
