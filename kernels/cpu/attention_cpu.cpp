@@ -256,9 +256,9 @@ template <typename Scalar>
   for (std::int64_t at = 0; at < size; at += 64) __builtin_prefetch(bytes + at);
 }
 
-// The positions [first, first + keys) block by block: fn(j, offset, row of
-// block) for each, j counted from first; the first row of the block after
-// is asked for one block ahead.
+// The positions [first, first + keys) block by block: fn(j, row) for each,
+// j counted from first and row its cached row in `pool`; each row of the
+// next block is asked for one block ahead.
 template <typename Scalar, typename Fn>
 [[gnu::always_inline]] inline void for_each_cached_row(const PagedKeys<Scalar>& cache, const Scalar* pool,
                                                        std::int64_t first, std::int64_t keys, Fn&& fn) {

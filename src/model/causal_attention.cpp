@@ -144,36 +144,42 @@ class CausalAttentionFunction : public torch::autograd::Function<CausalAttention
   }
 };
 
+// The paged cache's rows of `layer` as the kernels read them: keys and
+// values at kv head 0, blocks at the table's first row (a sequence adds its
+// slot's row, a task its kv head).
+template <typename Scalar>
+k::PagedKeys<Scalar> layer_rows(const KVCache& cache, const torch::Tensor& table, std::int64_t layer) {
+  const torch::Tensor& pool_keys = cache.keys();  // [layers, blocks, block_size, kv_heads, D]
+  const std::int64_t layer_elements = pool_keys[0].numel();
+  k::PagedKeys<Scalar> rows;
+  rows.keys = pool_keys.data_ptr<Scalar>() + layer * layer_elements;
+  rows.values = cache.values().data_ptr<Scalar>() + layer * layer_elements;
+  rows.blocks = table.data_ptr<std::int64_t>();
+  rows.block_size = cache.block_size();
+  rows.position_stride = pool_keys.size(3) * pool_keys.size(4);
+  return rows;
+}
+
 // A decode step: one token per sequence, so a task is a sequence with all
 // its kv heads (moerl_kernels/attention.h, causal_attention_paged_decode_cpu).
-void decode_from_cache(const torch::Tensor& q, const KVCache& cache, std::int64_t layer,
-                       const std::vector<std::int64_t>& slots, const std::vector<std::int64_t>& past,
-                       std::int64_t window, double scale, torch::Tensor& out) {
-  const torch::Tensor& pool_keys = cache.keys();  // [layers, blocks, block_size, kv_heads, D]
-  const std::int64_t kv_heads = pool_keys.size(3), head_dim = q.size(2), heads = q.size(1);
-  const torch::Tensor table = cache.block_table().contiguous();  // [slots, width] on the host
-  const std::int64_t layer_elements = pool_keys[0].numel();
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_cached_decode", [&] {
-    k::PagedKeys<scalar_t> paged;
-    paged.keys = pool_keys.data_ptr<scalar_t>() + layer * layer_elements;
-    paged.values = cache.values().data_ptr<scalar_t>() + layer * layer_elements;
-    paged.block_size = cache.block_size();
-    paged.position_stride = kv_heads * head_dim;
-    const std::int64_t* blocks = table.data_ptr<std::int64_t>();
-    at::parallel_for(0, static_cast<std::int64_t>(slots.size()), 1, [&](std::int64_t begin, std::int64_t end) {
-      std::vector<char> scratch;
-      k::PagedKeys<scalar_t> rows = paged;
-      for (std::int64_t b = begin; b < end; ++b) {
-        const auto seq = static_cast<std::size_t>(b);
-        k::CausalAttentionTask t = task_of({q.size(0), heads, kv_heads, head_dim}, 1, window);
-        t.past = past[seq];
-        rows.blocks = blocks + slots[seq] * table.size(1);
-        k::causal_attention_paged_decode_cpu<scalar_t>(
-            t, kv_heads, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + b * heads * head_dim, rows,
-            out.data_ptr<scalar_t>() + b * heads * head_dim,
-            scratch_for<scalar_t>(k::causal_attention_paged_decode_scratch(t, kv_heads), scratch));
-      }
-    });
+template <typename Scalar>
+void decode_sequences(const PackedShape& s, const k::PagedKeys<Scalar>& layer, std::int64_t table_width,
+                      const torch::Tensor& q, const std::vector<std::int64_t>& slots,
+                      const std::vector<std::int64_t>& past, std::int64_t window, double scale, torch::Tensor& out) {
+  const std::int64_t row = s.heads * s.head_dim;  // one token's q and out
+  at::parallel_for(0, static_cast<std::int64_t>(slots.size()), 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<char> scratch;
+    k::PagedKeys<Scalar> rows = layer;
+    for (std::int64_t b = begin; b < end; ++b) {
+      const auto seq = static_cast<std::size_t>(b);
+      k::CausalAttentionTask t = task_of(s, 1, window);
+      t.past = past[seq];
+      rows.blocks = layer.blocks + slots[seq] * table_width;
+      k::causal_attention_paged_decode_cpu<Scalar>(
+          t, s.kv_heads, static_cast<Scalar>(scale), q.data_ptr<Scalar>() + b * row, rows,
+          out.data_ptr<Scalar>() + b * row,
+          scratch_for<Scalar>(k::causal_attention_paged_decode_scratch(t, s.kv_heads), scratch));
+    }
   });
 }
 
@@ -198,24 +204,20 @@ torch::Tensor fused_cached_attention(const torch::Tensor& q_in, const KVCache& c
               "fused cached attention: q must be [tokens, heads, head_dim] matching the cache");
   const PackedShape s{q.size(0), q.size(1), pool_keys.size(3), q.size(2)};
   const torch::Tensor table = cache.block_table().contiguous();  // [slots, width] on the host
-  const std::int64_t layer_elements = pool_keys[0].numel();
+  const bool decode = std::all_of(lengths.begin(), lengths.end(), [](std::int64_t n) { return n == 1; });
   auto out = torch::empty_like(q);
-  if (std::all_of(lengths.begin(), lengths.end(), [](std::int64_t n) { return n == 1; })) {
-    decode_from_cache(q, cache, layer, slots, past, window, scale, out);
-    return out;
-  }
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "fused_cached_attention", [&] {
-    const scalar_t* keys = pool_keys.data_ptr<scalar_t>() + layer * layer_elements;
-    const scalar_t* values = cache.values().data_ptr<scalar_t>() + layer * layer_elements;
-    const std::int64_t* blocks = table.data_ptr<std::int64_t>();
+    const k::PagedKeys<scalar_t> rows = layer_rows<scalar_t>(cache, table, layer);
+    if (decode) {
+      decode_sequences<scalar_t>(s, rows, table.size(1), q, slots, past, window, scale, out);
+      return;
+    }
     for_each_task(s, lengths, past, window,
                   [&](const k::CausalAttentionTask& t, const TaskOffsets& at, std::vector<char>& scratch) {
-                    k::PagedKeys<scalar_t> paged;
-                    paged.keys = keys + at.kv_head * s.head_dim;
-                    paged.values = values + at.kv_head * s.head_dim;
-                    paged.blocks = blocks + slots[at.sequence] * table.size(1);
-                    paged.block_size = cache.block_size();
-                    paged.position_stride = s.kv_heads * s.head_dim;
+                    k::PagedKeys<scalar_t> paged = rows;
+                    paged.keys += at.kv_head * s.head_dim;
+                    paged.values += at.kv_head * s.head_dim;
+                    paged.blocks += slots[at.sequence] * table.size(1);
                     k::causal_attention_paged_forward_cpu<scalar_t>(
                         t, static_cast<scalar_t>(scale), q.data_ptr<scalar_t>() + at.q, paged,
                         out.data_ptr<scalar_t>() + at.q, nullptr,
