@@ -5,14 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #ifdef MOERL_KERNELS_ONEDNN
 #include <oneapi/dnnl/dnnl.h>
@@ -171,44 +168,6 @@ std::string cpu_gemm_backend_description(CpuGemmBackend backend) {
   return cpu_gemm_backend_name(backend);
 }
 
-double cpu_gemm_float_relative_error() {
-  struct Shape {
-    std::int64_t m, n, k;
-  };
-  // Edges of register blocks, a row vector, k past one panel.
-  const Shape shapes[] = {{1, 33, 17}, {37, 29, 41}, {3, 130, 257}, {65, 7, 300}};
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  double worst = 0;
-  for (const Shape& s : shapes)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (float beta : {0.0f, 1.0f}) {
-          const std::int64_t pad = 3, lda = (ta ? s.m : s.k) + pad, ldb = (tb ? s.k : s.n) + pad, ldc = s.n + pad;
-          std::vector<float> A(static_cast<std::size_t>((ta ? s.k : s.m) * lda));
-          std::vector<float> B(static_cast<std::size_t>((tb ? s.n : s.k) * ldb));
-          std::vector<float> C(static_cast<std::size_t>(s.m * ldc));
-          for (auto* v : {&A, &B, &C})
-            for (float& x : *v) x = uniform(rng);
-          const std::vector<float> C0 = C;
-          cpu_gemm<float>(ta, tb, s.m, s.n, s.k, 0.5f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
-          for (std::int64_t i = 0; i < s.m; ++i)
-            for (std::int64_t j = 0; j < s.n; ++j) {
-              double want = 0, scale = 0;
-              for (std::int64_t p = 0; p < s.k; ++p) {
-                const double term = static_cast<double>(ta ? A[p * lda + i] : A[i * lda + p]) *
-                                    static_cast<double>(tb ? B[j * ldb + p] : B[p * ldb + j]);
-                want += term;
-                scale += std::abs(term);
-              }
-              want = 0.5 * want + beta * C0[i * ldc + j];
-              scale = 0.5 * scale + std::abs(beta * C0[i * ldc + j]) + 1e-30;
-              worst = std::max(worst, std::abs(C[i * ldc + j] - want) / scale);
-            }
-        }
-  return worst;
-}
-
 bool cpu_gemm_has_blas() {
 #ifdef MOERL_KERNELS_BLAS
   return true;
@@ -221,16 +180,15 @@ template <typename Scalar>
 void cpu_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, Scalar alpha, const Scalar* A,
               std::int64_t lda, const Scalar* B, std::int64_t ldb, Scalar beta, Scalar* C, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
-#ifdef MOERL_KERNELS_ONEDNN
   if constexpr (std::is_same_v<Scalar, float>) {
-    if (cpu_gemm_float_backend() == CpuGemmBackend::OneDnn) {
+    const CpuGemmBackend backend = cpu_gemm_float_backend();
+#ifdef MOERL_KERNELS_ONEDNN
+    if (backend == CpuGemmBackend::OneDnn) {
       onednn_gemm(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     }
-  }
 #endif
-  if constexpr (std::is_same_v<Scalar, float>) {
-    if (cpu_gemm_float_backend() == CpuGemmBackend::Loop) {
+    if (backend == CpuGemmBackend::Loop) {
       loop_gemm(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
       return;
     }

@@ -9,6 +9,12 @@
 #include <cstdint>
 #include <cstring>
 
+// GCC notes, at every use in a baseline (non-AVX-512) clone, that passing a
+// 64-byte vector by value changes the ABI. These helpers are always inlined,
+// so no call crosses that boundary: the note is off for the kernel files
+// that include this header.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 namespace moerl::kernels::lanes {
 
 using Float16 = float __attribute__((vector_size(64)));

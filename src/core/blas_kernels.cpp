@@ -1,6 +1,7 @@
 #include "moerl/core/blas_kernels.h"
 
 #include "moerl_kernels/cpu_gemm.h"
+#include "moerl_kernels/gemm_check.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -199,42 +200,17 @@ double gemm_tolerance() {
 std::optional<double> gemm_relative_error() {
   auto sgemm = openblas_entry<SgemmEntry>("cblas_sgemm");
   if (!sgemm) return std::nullopt;
-  struct Shape {
-    int m, n, k;
-    bool trans_a, trans_b;
-  };
   // Odd sizes: edges of every register block, a row vector, k past one panel.
-  const Shape shapes[] = {
+  const std::vector<moerl::kernels::GemmCheckCase> cases = {
       {67, 45, 129, false, false}, {1, 257, 33, false, true}, {255, 3, 511, true, false}, {130, 97, 1000, true, true}};
-  std::uint32_t state = 12345;
-  auto next = [&state] {
-    state = state * 1664525u + 1013904223u;
-    return static_cast<float>(state >> 8) / static_cast<float>(1u << 24) * 2.0f - 1.0f;
+  const auto row_major = [sgemm](bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                                 float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                 float beta, float* c, std::int64_t ldc) {
+    sgemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, static_cast<int>(m), static_cast<int>(n),
+          static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta, c,
+          static_cast<int>(ldc));
   };
-  double worst = 0.0;
-  for (const Shape& s : shapes) {
-    std::vector<float> a(static_cast<size_t>(s.m) * s.k), b(static_cast<size_t>(s.k) * s.n),
-        c(static_cast<size_t>(s.m) * s.n);
-    for (float& x : a) x = next();
-    for (float& x : b) x = next();
-    // A is m x k (stored k x m when transposed); B is k x n (n x k).
-    const int lda = s.trans_a ? s.m : s.k, ldb = s.trans_b ? s.k : s.n;
-    sgemm(kRowMajor, s.trans_a ? kTrans : kNoTrans, s.trans_b ? kTrans : kNoTrans, s.m, s.n, s.k, 1.0f, a.data(), lda,
-          b.data(), ldb, 0.0f, c.data(), s.n);
-    for (int i = 0; i < s.m; ++i)
-      for (int j = 0; j < s.n; ++j) {
-        double exact = 0.0, scale = 0.0;
-        for (int p = 0; p < s.k; ++p) {
-          const double x = s.trans_a ? a[static_cast<size_t>(p) * s.m + i] : a[static_cast<size_t>(i) * s.k + p];
-          const double y = s.trans_b ? b[static_cast<size_t>(j) * s.k + p] : b[static_cast<size_t>(p) * s.n + j];
-          exact += x * y;
-          scale += std::fabs(x * y);
-        }
-        const double error = std::fabs(c[static_cast<size_t>(i) * s.n + j] - exact) / (scale + 1e-30);
-        if (!(error <= worst)) worst = std::isnan(error) ? std::numeric_limits<double>::infinity() : error;
-      }
-  }
-  return worst;
+  return moerl::kernels::sgemm_relative_error(row_major, cases);
 }
 
 void select_kernels(char** argv) {
@@ -300,10 +276,11 @@ void select_cpu_gemm() {
   g_info.cpu_gemm = k::cpu_gemm_backend_description(backend) + " (" + how;
   if (backend == k::CpuGemmBackend::OneDnn) {
     const double error = k::cpu_gemm_float_relative_error();
-    if (!env_or_empty(kGemmFailCheck).empty() || !(error <= gemm_tolerance())) {
+    const bool forced_to_fail = !env_or_empty(kGemmFailCheck).empty();
+    if (forced_to_fail || !(error <= gemm_tolerance())) {
       std::ostringstream why;
       why << "oneDNN's sgemm failed the GEMM check (relative error " << error
-          << (env_or_empty(kGemmFailCheck).empty() ? "" : std::string(", ") + kGemmFailCheck + " is set")
+          << (forced_to_fail ? std::string(", ") + kGemmFailCheck + " is set" : "")
           << "); moerl's kernels use BLAS instead";
       backend = k::cpu_gemm_has_blas() ? k::CpuGemmBackend::Blas : k::CpuGemmBackend::Loop;
       k::set_cpu_gemm_float_backend(backend);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "moerl_kernels/cpu_gemm.h"
+#include "moerl_kernels/gemm_check.h"
 #include "moerl_kernels/moe.h"
 
 namespace mk = moerl::kernels;

@@ -42,10 +42,7 @@ void set_cpu_gemm_float_backend(CpuGemmBackend backend);
 const char* cpu_gemm_backend_name(CpuGemmBackend backend);
 std::string cpu_gemm_backend_description(CpuGemmBackend backend);
 
-// Largest relative error of float cpu_gemm, through the current backend,
-// against a double-precision product: odd sizes, every transpose form,
-// leading dimensions wider than the rows, beta 0 and 1.
-double cpu_gemm_float_relative_error();
+// Its check against a double-precision product: moerl_kernels/gemm_check.h.
 
 template <typename Scalar>
 void cpu_gemm(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, Scalar alpha, const Scalar* A,
